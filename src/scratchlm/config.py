@@ -1,0 +1,154 @@
+"""ModelConfig: every architectural choice of a TransformerLM, validated, plus named presets.
+
+Presets are plain Python (no exec), looked up by exact name with `get_preset`; the error lists them.
+Derived sizes: head_dim = d_model // n_heads unless given; d_ff defaults to 4*D for the MLP and to
+8/3*D rounded up to `ffn_multiple_of` for SwiGLU; n_kv_heads defaults to n_heads (MHA).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scratchlm.nn.activations import ACTIVATIONS
+from scratchlm.nn.attention import ATTN_IMPLS
+from scratchlm.nn.ffn import swiglu_hidden_dim
+from scratchlm.nn.rope import ROPE_STYLES
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "norm": ("rmsnorm", "layernorm"),
+    "ffn": ("swiglu", "mlp"),
+    "activation": tuple(sorted(ACTIVATIONS)),
+    "pos_embedding": ("rope", "learned", "sinusoidal", "none"),
+    "rope_style": ROPE_STYLES,
+    "norm_placement": ("pre", "post"),
+    "attn_impl": ATTN_IMPLS,
+}
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of a decoder-only Transformer LM (see README "Model" for each field)."""
+
+    vocab_size: int = 4096
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    d_ff: int | None = None
+    ffn_multiple_of: int = 64
+    max_seq_len: int = 256
+    norm: str = "rmsnorm"
+    norm_eps: float = 1e-6
+    norm_bias: bool = True
+    ffn: str = "swiglu"
+    activation: str = "gelu"
+    mlp_bias: bool = False
+    qkv_bias: bool = False
+    attn_out_bias: bool = False
+    qk_norm: bool = False
+    pos_embedding: str = "rope"
+    rope_style: str = "half"
+    rope_base: float = 10000.0
+    norm_placement: str = "pre"
+    tie_embeddings: bool = True
+    attn_impl: str = "reference"
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "ffn_multiple_of"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
+        for name, valid in CHOICES.items():
+            if getattr(self, name) not in valid:
+                raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r} is not one of {valid}")
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.n_kv_heads <= 0 or self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"ModelConfig.n_heads={self.n_heads} must be divisible by n_kv_heads={self.n_kv_heads} "
+                "(MHA: n_kv_heads = n_heads, MQA: 1, GQA: a divisor of n_heads)"
+            )
+        if self.head_dim is None:
+            if self.d_model % self.n_heads:
+                raise ValueError(
+                    f"ModelConfig.d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
+                    "(or set head_dim explicitly)"
+                )
+            self.head_dim = self.d_model // self.n_heads
+        if self.head_dim <= 0:
+            raise ValueError(f"ModelConfig.head_dim must be positive, got {self.head_dim}")
+        if self.pos_embedding == "rope" and self.head_dim % 2:
+            raise ValueError(f"ModelConfig.head_dim={self.head_dim} must be even for RoPE (rotations act on pairs)")
+        if self.pos_embedding == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"ModelConfig.d_model={self.d_model} must be even for sinusoidal positions")
+        if self.d_ff is None:
+            self.d_ff = swiglu_hidden_dim(self.d_model, self.ffn_multiple_of) if self.ffn == "swiglu" else 4 * self.d_model
+        if self.d_ff <= 0:
+            raise ValueError(f"ModelConfig.d_ff must be positive, got {self.d_ff}")
+        if not self.norm_eps > 0:
+            raise ValueError(f"ModelConfig.norm_eps must be > 0, got {self.norm_eps}")
+        if not self.rope_base > 1:
+            raise ValueError(f"ModelConfig.rope_base must be > 1, got {self.rope_base}")
+        if not self.init_std > 0:
+            raise ValueError(f"ModelConfig.init_std must be > 0, got {self.init_std}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        """Build from a dict; unknown keys are an error naming them and the valid fields."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig field(s) {unknown}; valid fields: {sorted(known)}")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        """A copy with `changes` applied (validated again)."""
+        return ModelConfig.from_dict({**self.to_dict(), **changes})
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ModelConfig":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def _llama(**kw: Any) -> ModelConfig:
+    return ModelConfig(norm="rmsnorm", ffn="swiglu", pos_embedding="rope", rope_style="half", **kw)
+
+
+def _gpt2(**kw: Any) -> ModelConfig:
+    return ModelConfig(
+        norm="layernorm", norm_eps=1e-5, ffn="mlp", activation="gelu_tanh", mlp_bias=True, qkv_bias=True,
+        attn_out_bias=True, pos_embedding="learned", tie_embeddings=True, **kw,
+    )
+
+
+PRESETS: dict[str, Any] = {
+    # ~0.9M params: unit tests and instant smoke runs.
+    "llama-tiny": lambda: _llama(vocab_size=1024, d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, max_seq_len=256),
+    # the benchmark reference shape: vocab 8192, 6 layers, D 384, 6 heads, 2 kv heads, d_ff 1024.
+    "llama-small": lambda: _llama(
+        vocab_size=8192, d_model=384, n_layers=6, n_heads=6, n_kv_heads=2, d_ff=1024, max_seq_len=512
+    ),
+    "gpt2-tiny": lambda: _gpt2(vocab_size=1024, d_model=128, n_layers=4, n_heads=4, max_seq_len=256),
+    # the real GPT-2 124M shape (for HF interop).
+    "gpt2-small": lambda: _gpt2(vocab_size=50257, d_model=768, n_layers=12, n_heads=12, max_seq_len=1024),
+}
+
+
+def get_preset(name: str, **overrides: Any) -> ModelConfig:
+    """Return a fresh config for preset `name` (exact match) with `overrides` applied."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; available presets: {sorted(PRESETS)}")
+    config = PRESETS[name]()
+    return config.replace(**overrides) if overrides else config

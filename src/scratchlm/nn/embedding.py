@@ -1,0 +1,50 @@
+"""Token embedding: a lookup table, out[b, t] = W[ids[b, t]].
+
+Shapes: ids (B, T) integer -> (B, T, D); W (V, D) [firm layout, as torch.nn.Embedding].
+Init: W ~ N(0, 1) like torch.nn.Embedding (the LM re-initialises with N(0, 0.02)).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str = "token ids") -> None:
+    """Raise ValueError unless `ids` is an integer tensor with every value in [0, vocab_size)."""
+    if not isinstance(ids, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of integer ids, got {type(ids).__name__}")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise ValueError(f"{name} must have an integer dtype (e.g. torch.long), got {ids.dtype}")
+    if ids.numel() == 0 or torch.compiler.is_compiling():
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0:
+        raise ValueError(f"{name} contain negative id {lo}; valid ids are 0..{vocab_size - 1}")
+    if hi >= vocab_size:
+        raise ValueError(
+            f"{name} contain id {hi} >= vocab_size {vocab_size}; valid ids are 0..{vocab_size - 1} "
+            "(was the data encoded with a different tokenizer?)"
+        )
+
+
+class Embedding(nn.Module):
+    """From-scratch embedding table with id validation (clear errors instead of an index crash)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+        super().__init__()
+        if num_embeddings <= 0 or embedding_dim <= 0:
+            raise ValueError(
+                f"Embedding needs positive sizes, got num_embeddings={num_embeddings}, "
+                f"embedding_dim={embedding_dim}"
+            )
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        self.weight = nn.Parameter(torch.randn(num_embeddings, embedding_dim))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        check_token_ids(ids, self.num_embeddings)
+        return self.weight[ids]  # (..., ) -> (..., D)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"

@@ -1,0 +1,49 @@
+"""Position-wise feed-forward networks.
+
+MLP (GPT-2):      FFN(x) = down(act(up(x))),                    d_ff default 4 * D
+SwiGLU (Llama):   FFN(x) = down(silu(gate(x)) * up(x)),         d_ff default: 8/3 * D rounded up to a
+                  multiple of `multiple_of` (keeps the parameter count of a 4*D MLP: 3 matrices of
+                  D x 8D/3 = 2 matrices of D x 4D).
+Shapes: x (B, T, D) -> (B, T, D); up/gate (D -> F), down (F -> D).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from scratchlm.nn.activations import get_activation, silu
+from scratchlm.nn.linear import Linear
+
+
+def swiglu_hidden_dim(d_model: int, multiple_of: int = 64) -> int:
+    """d_ff = multiple_of * ceil((8/3 * d_model) / multiple_of)."""
+    raw = (8 * d_model + 2) // 3  # ceil(8D/3) in integers
+    return multiple_of * ((raw + multiple_of - 1) // multiple_of)
+
+
+class MLP(nn.Module):
+    """Two-layer MLP with a pointwise activation (GELU by default)."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True) -> None:
+        super().__init__()
+        self.up_proj = Linear(d_model, d_ff, bias=bias)
+        self.down_proj = Linear(d_ff, d_model, bias=bias)
+        self.act = get_activation(activation)
+        self.activation = activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.up_proj(x)))  # (B, T, D) -> (B, T, F) -> (B, T, D)
+
+
+class SwiGLU(nn.Module):
+    """Gated FFN (Shazeer 2020, "GLU Variants Improve Transformer") with SiLU gate."""
+
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False) -> None:
+        super().__init__()
+        self.gate_proj = Linear(d_model, d_ff, bias=bias)
+        self.up_proj = Linear(d_model, d_ff, bias=bias)
+        self.down_proj = Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(silu(self.gate_proj(x)) * self.up_proj(x))  # (B, T, F) gated -> (B, T, D)

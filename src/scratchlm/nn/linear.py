@@ -1,0 +1,47 @@
+"""Linear layer: y = x @ W.T + b.
+
+Shapes: x (..., in_features) -> y (..., out_features); W (out_features, in_features) [firm layout,
+as torch.nn.Linear], b (out_features,).
+
+Init (same as torch.nn.Linear): W, b ~ U(-1/sqrt(in_features), 1/sqrt(in_features)).
+`TransformerLM.init_weights` re-initialises the model's linears with N(0, 0.02) (GPT-2 / Llama style).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class Linear(nn.Module):
+    """From-scratch affine map y = x W^T + b with W stored (out, in)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__()
+        if in_features <= 0 or out_features <= 0:
+            raise ValueError(
+                f"Linear needs positive sizes, got in_features={in_features}, out_features={out_features}"
+            )
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """W, b ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+        bound = 1.0 / math.sqrt(self.in_features)
+        nn.init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x @ self.weight.t()  # (..., in) @ (in, out) -> (..., out)
+        if self.bias is not None:
+            y = y + self.bias
+        return y
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

@@ -1,0 +1,104 @@
+"""Normalisation layers: RMSNorm, LayerNorm, BatchNorm1d.
+
+RMSNorm:    y = x / sqrt(mean(x^2) + eps) * g                  (no mean-centering; computed in fp32)
+LayerNorm:  y = (x - mean(x)) / sqrt(var(x) + eps) * g + b     (biased variance: divide by N, not N-1)
+BatchNorm1d (training): per channel c over batch (and length) dims,
+            y = (x - mu_B) / sqrt(var_B + eps) * g + b, var_B biased;
+            running_mean <- (1 - m) running_mean + m mu_B;  running_var <- (1 - m) running_var + m var_B_unbiased
+            (eval): the running statistics replace the batch ones.
+Shapes: RMSNorm/LayerNorm normalise the last dim D; BatchNorm1d takes (B, C) or (B, C, L).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm (Zhang & Sennrich 2019), as in Llama; math in fp32, result cast back."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        ms = (x32 * x32).mean(dim=-1, keepdim=True)  # (..., 1)
+        y = x32 * torch.rsqrt(ms + self.eps)
+        return y.to(x.dtype) * self.weight
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
+
+
+class LayerNorm(nn.Module):
+    """Layer norm (Ba et al. 2016) over the last dim with biased variance and optional bias."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__()
+        self.dim = dim
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        mean = x32.mean(dim=-1, keepdim=True)  # (..., 1)
+        centred = x32 - mean
+        var = (centred * centred).mean(dim=-1, keepdim=True)  # biased: / D
+        y = (centred * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
+        if self.bias is not None:
+            y = y + self.bias
+        return y
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, bias={self.bias is not None}"
+
+
+class BatchNorm1d(nn.Module):
+    """Batch norm (Ioffe & Szegedy 2015) over (B, C) or (B, C, L) inputs with running statistics."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1) -> None:
+        super().__init__()
+        if not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"BatchNorm1d momentum must be in [0, 1], got {momentum}")
+        self.num_features = num_features
+        self.eps = eps
+        self.momentum = momentum
+        self.weight = nn.Parameter(torch.ones(num_features))
+        self.bias = nn.Parameter(torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() not in (2, 3) or x.shape[1] != self.num_features:
+            raise ValueError(
+                f"BatchNorm1d expects (B, {self.num_features}) or (B, {self.num_features}, L), "
+                f"got shape {tuple(x.shape)}"
+            )
+        dims = (0,) if x.dim() == 2 else (0, 2)
+        shape = (1, -1) if x.dim() == 2 else (1, -1, 1)  # broadcast per-channel stats
+        if self.training:
+            n = x.numel() // self.num_features
+            if n < 2:
+                raise ValueError(
+                    f"BatchNorm1d in training needs more than 1 value per channel, got input {tuple(x.shape)}"
+                )
+            mean = x.mean(dim=dims)  # (C,)
+            var = ((x - mean.view(shape)) ** 2).mean(dim=dims)  # biased, used to normalise
+            with torch.no_grad():
+                m = self.momentum
+                self.running_mean.mul_(1 - m).add_(m * mean.detach())
+                self.running_var.mul_(1 - m).add_(m * var.detach() * n / (n - 1))  # unbiased
+                self.num_batches_tracked.add_(1)
+        else:
+            mean, var = self.running_mean, self.running_var
+        y = (x - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
+        return y * self.weight.view(shape) + self.bias.view(shape)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"

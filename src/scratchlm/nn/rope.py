@@ -1,0 +1,96 @@
+"""Rotary position embeddings (RoPE, Su et al. 2021, "RoFormer").
+
+Each channel pair (a, b) of a head vector at position p is rotated by the angle p * theta_i,
+    theta_i = base^(-2i / d),  i = 0 .. d/2 - 1        (note: base ** (-2 * i / d), not base ** -i / d)
+    (a, b) -> (a cos - b sin,  a sin + b cos)
+so that <R_m q, R_n k> depends only on m - n.
+
+Pairing styles [firm]:
+  "interleaved": pairs (x[2i], x[2i+1])        (Meta's original Llama, RoFormer, most course notes)
+  "half":        pairs (x[i],  x[i + d/2])     (GPT-NeoX, HF Llama's rotate_half)
+The two are equal up to a fixed permutation of the head dims (hence of the q/k projection rows).
+Complex form (equivalent to "interleaved"): view pairs as z_i = x[2i] + j x[2i+1], out = z_i * e^{j p theta_i}.
+
+RoPE is applied per head, after the projections are split into heads: x (B, H, T, Hd).
+positions: (T,) shared by the batch, or (B, T) per row. Tables cos/sin (max_seq_len, Hd/2) are
+non-persistent fp32 buffers; the rotation is computed in fp32 and cast back to x's dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from scratchlm.nn.positional import check_positions
+
+ROPE_STYLES = ("interleaved", "half")
+
+
+def rope_inv_freq(head_dim: int, base: float) -> torch.Tensor:
+    """theta_i = base^(-2i/d) for i in [0, d/2): shape (d/2,), fp32."""
+    return 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)).float()
+
+
+def rope_angles(max_seq_len: int, head_dim: int, base: float) -> torch.Tensor:
+    """angle[p, i] = p * theta_i: shape (max_seq_len, d/2), fp32."""
+    pos = torch.arange(max_seq_len, dtype=torch.float32)
+    return torch.outer(pos, rope_inv_freq(head_dim, base))
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str) -> torch.Tensor:
+    """Rotate x (..., T, Hd) by cos/sin broadcastable to (..., T, Hd/2) with the given pairing."""
+    x32 = x.float()
+    if style == "interleaved":
+        a, b = x32[..., 0::2], x32[..., 1::2]  # (..., T, Hd/2) each
+        out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1)  # (..., T, Hd/2, 2)
+        out = out.flatten(-2)  # (..., T, Hd) re-interleaved
+    elif style == "half":
+        half = x32.shape[-1] // 2
+        a, b = x32[..., :half], x32[..., half:]
+        out = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    else:
+        raise ValueError(f"unknown rope style {style!r}; valid: {ROPE_STYLES}")
+    return out.to(x.dtype)
+
+
+def apply_rope_complex(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+    """Complex-number RoPE (interleaved pairing): z * exp(j*angle); x (..., T, Hd), angles (..., T, Hd/2)."""
+    z = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))  # (..., T, Hd/2) complex
+    rot = torch.polar(torch.ones_like(angles), angles)
+    return torch.view_as_real(z * rot).flatten(-2).to(x.dtype)
+
+
+def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
+    """Index perm with x_half = x_interleaved[..., perm]: evens first, then odds."""
+    return torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
+
+
+class RotaryEmbedding(nn.Module):
+    """Holds the cos/sin tables and applies RoPE at explicit token positions."""
+
+    def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, style: str = "half") -> None:
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"RoPE needs an even head_dim, got {head_dim}; pick d_model/n_heads even")
+        if style not in ROPE_STYLES:
+            raise ValueError(f"unknown rope style {style!r}; valid: {ROPE_STYLES}")
+        if base <= 1.0:
+            raise ValueError(f"rope base must be > 1, got {base}")
+        self.head_dim = head_dim
+        self.max_seq_len = max_seq_len
+        self.base = base
+        self.style = style
+        angles = rope_angles(max_seq_len, head_dim, base)
+        self.register_buffer("cos", torch.cos(angles), persistent=False)  # (T_max, Hd/2)
+        self.register_buffer("sin", torch.sin(angles), persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x (B, H, T, Hd); positions (T,) or (B, T) -> rotated x, same shape and dtype."""
+        check_positions(positions, self.max_seq_len)
+        cos, sin = self.cos[positions], self.sin[positions]  # (T, Hd/2) or (B, T, Hd/2)
+        if positions.dim() == 2:
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, Hd/2): broadcast over heads
+        return apply_rope(x, cos, sin, self.style)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, base={self.base}, style={self.style}"

@@ -1,0 +1,1 @@
+"""Data: token files (memmap), batch samplers, chat and preference datasets."""

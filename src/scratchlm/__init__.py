@@ -4,3 +4,14 @@ tokenizer -> data -> model -> train -> generate -> align -> serve. See README.md
 """
 
 __version__ = "0.1.0"
+
+_LAZY = {"from_pretrained": "scratchlm.interop", "save_pretrained": "scratchlm.interop"}
+
+
+def __getattr__(name: str):
+    """Lazy top-level API (`scratchlm.from_pretrained`, `scratchlm.save_pretrained`) without import-time cost."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'scratchlm' has no attribute {name!r}")

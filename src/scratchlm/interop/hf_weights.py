@@ -1,0 +1,150 @@
+"""State-dict mapping between scratchlm and the HF layouts of the Llama, Qwen2/3 and GPT-2 families.
+
+Llama/Qwen: our parameter names ARE the HF names [firm], so the map is the identity plus
+  * a tied head stored once (HF drops `lm_head.weight` when `tie_word_embeddings`),
+  * zero biases where the HF family has a bias our config lacks (exact: adding 0 changes nothing),
+  * RoPE pairing: HF rotates "half"-style. For an "interleaved" model the head dims of q/k (rows of
+    q_proj/k_proj, their biases, and q_norm/k_norm weights) are permuted per head with
+    perm = interleaved_to_half_permutation(Hd), W_half[h, j] = W_inter[h, perm[j]]; q.k is unchanged
+    because the same permutation hits both.
+GPT-2 (Conv1D stores W as (in, out), i.e. transposed; c_attn fuses q/k/v along the output dim):
+    transformer.wte / wpe / ln_f             <-> model.embed_tokens / embed_positions / norm
+    h.{i}.ln_1 / ln_2                        <-> layers.{i}.input_layernorm / post_attention_layernorm
+    h.{i}.attn.c_attn.weight (D, 3D)         <-> cat(q_proj, k_proj, v_proj).weight.T
+    h.{i}.attn.c_proj / mlp.c_fc / mlp.c_proj <-> self_attn.o_proj / mlp.up_proj / mlp.down_proj (.T)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from scratchlm.config import ModelConfig
+from scratchlm.interop.hf_config import hf_attention_bias
+from scratchlm.nn.rope import interleaved_to_half_permutation
+
+Tensor = torch.Tensor
+StateDict = dict[str, Tensor]
+# HF keys that are buffers or caches in some checkpoints, never weights.
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias")
+GPT2_GLOBAL = (("model.embed_tokens", "transformer.wte"), ("model.embed_positions", "transformer.wpe"),
+               ("model.norm", "transformer.ln_f"))
+# (ours under model.layers.{i}., HF under transformer.h.{i}., Conv1D-transposed)
+GPT2_LAYER = (("input_layernorm", "ln_1", False), ("post_attention_layernorm", "ln_2", False),
+              ("self_attn.o_proj", "attn.c_proj", True), ("mlp.up_proj", "mlp.c_fc", True),
+              ("mlp.down_proj", "mlp.c_proj", True))
+QKV = ("q_proj", "k_proj", "v_proj")
+
+
+def permute_rope_heads(state: StateDict, config: ModelConfig, to_half: bool) -> StateDict:
+    """Permute q/k head dims between "interleaved" and "half" pairing (see module docstring)."""
+    perm = interleaved_to_half_permutation(config.head_dim)
+    if not to_half:
+        perm = torch.argsort(perm)
+    heads = {"q_proj": config.n_heads, "k_proj": config.n_kv_heads}
+    out = dict(state)
+    for name, t in state.items():
+        module = name.rsplit(".", 2)[-2] if name.count(".") >= 2 else ""
+        if module in heads and ".self_attn." in name:
+            rows = t.reshape(heads[module], config.head_dim, *t.shape[1:])  # (H, Hd[, D])
+            out[name] = rows[:, perm].reshape(t.shape)
+        elif module in ("q_norm", "k_norm") and ".self_attn." in name:
+            out[name] = t[perm]  # (Hd,) weight acting on each head
+    return out
+
+
+def _fill_zero_biases(state: StateDict, config: ModelConfig, family: str) -> None:
+    """Add zero biases that the HF family has and our model lacks (in place)."""
+    wanted: list[str] = []
+    if hf_attention_bias(config, family):
+        wanted += [f"self_attn.{p}" for p in QKV] + ([] if family == "qwen2" else ["self_attn.o_proj"])
+    if family == "gpt2":
+        wanted += ["mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm"]
+    prefixes = [f"model.layers.{i}.{m}" for i in range(config.n_layers) for m in wanted]
+    if family == "gpt2":
+        prefixes.append("model.norm")
+    for prefix in prefixes:
+        weight = state[f"{prefix}.weight"]
+        state.setdefault(f"{prefix}.bias", weight.new_zeros(weight.shape[0]))
+
+
+def _gpt2_to_hf(state: StateDict, config: ModelConfig) -> StateDict:
+    out: StateDict = {}
+    for ours, hf in GPT2_GLOBAL:
+        for kind in ("weight", "bias"):
+            if f"{ours}.{kind}" in state:
+                out[f"{hf}.{kind}"] = state.pop(f"{ours}.{kind}")
+    for i in range(config.n_layers):
+        src, dst = f"model.layers.{i}.", f"transformer.h.{i}."
+        for ours, hf, transposed in GPT2_LAYER:
+            w = state.pop(f"{src}{ours}.weight")
+            out[f"{dst}{hf}.weight"] = w.t().contiguous() if transposed else w
+            out[f"{dst}{hf}.bias"] = state.pop(f"{src}{ours}.bias")
+        qkv = [f"{src}self_attn.{p}" for p in QKV]
+        out[f"{dst}attn.c_attn.weight"] = torch.cat([state.pop(f"{k}.weight") for k in qkv], 0).t().contiguous()
+        out[f"{dst}attn.c_attn.bias"] = torch.cat([state.pop(f"{k}.bias") for k in qkv], 0)
+    out.update(state)  # lm_head.weight when untied
+    return out
+
+
+def _gpt2_from_hf(state: StateDict, config: ModelConfig) -> StateDict:
+    out: StateDict = {}
+    for ours, hf in GPT2_GLOBAL:
+        for kind in ("weight", "bias"):
+            if f"{hf}.{kind}" in state:
+                out[f"{ours}.{kind}"] = state.pop(f"{hf}.{kind}")
+    for i in range(config.n_layers):
+        src, dst = f"transformer.h.{i}.", f"model.layers.{i}."
+        for ours, hf, transposed in GPT2_LAYER:
+            for kind in ("weight", "bias"):
+                t = _pop(state, f"{src}{hf}.{kind}")
+                out[f"{dst}{ours}.{kind}"] = t.t().contiguous() if transposed and kind == "weight" else t
+        w = _pop(state, f"{src}attn.c_attn.weight").t()  # (3D, D): rows q | k | v
+        b = _pop(state, f"{src}attn.c_attn.bias")
+        for p, wp, bp in zip(QKV, w.chunk(3, 0), b.chunk(3, 0)):
+            out[f"{dst}self_attn.{p}.weight"], out[f"{dst}self_attn.{p}.bias"] = wp.contiguous(), bp.contiguous()
+    out.update(state)  # lm_head.weight and anything unexpected (reported by the strict load)
+    return out
+
+
+def _pop(state: StateDict, key: str) -> Tensor:
+    if key not in state:
+        raise ValueError(f"HF checkpoint is missing tensor {key!r}; is the config's layer count right?")
+    return state.pop(key)
+
+
+def _add_prefix(state: StateDict, prefix: str) -> StateDict:
+    """Base-model checkpoints (LlamaModel, GPT2Model) lack the `model.` / `transformer.` prefix."""
+    if any(k.startswith(prefix) for k in state):
+        return state
+    return {k if k == "lm_head.weight" else prefix + k: v for k, v in state.items()}
+
+
+def state_to_hf(model_state: StateDict, config: ModelConfig, family: str) -> StateDict:
+    """Our state_dict -> HF tensors (CPU, contiguous) for `family`."""
+    state = {k: v.detach().to("cpu") for k, v in model_state.items()}
+    if config.tie_embeddings:
+        state.pop("lm_head.weight", None)
+    if config.pos_embedding == "rope" and config.rope_style == "interleaved":
+        state = permute_rope_heads(state, config, to_half=True)
+    _fill_zero_biases(state, config, family)
+    if family == "gpt2":
+        state = _gpt2_to_hf(state, config)
+    return {k: v.contiguous() for k, v in state.items()}
+
+
+def state_from_hf(hf_state: StateDict, config: ModelConfig, family: str) -> StateDict:
+    """HF tensors -> our state_dict names and layout (the caller loads it strictly)."""
+    state = {k: v for k, v in hf_state.items() if not k.endswith(IGNORED_SUFFIXES)}
+    if family == "gpt2":
+        state = _gpt2_from_hf(_add_prefix(state, "transformer."), config)
+    else:
+        state = _add_prefix(state, "model.")
+    if config.tie_embeddings:
+        state.pop("lm_head.weight", None)
+        state["lm_head.weight"] = state.get("model.embed_tokens.weight")
+    elif "lm_head.weight" not in state:
+        raise ValueError("HF checkpoint has tie_word_embeddings=false but no lm_head.weight tensor; "
+                         "set tie_word_embeddings=true in config.json if the head is tied")
+    if config.pos_embedding == "rope" and config.rope_style == "interleaved":
+        state = permute_rope_heads(state, config, to_half=False)
+    return state

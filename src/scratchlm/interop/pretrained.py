@@ -1,0 +1,102 @@
+"""`from_pretrained(dir)` and `save_pretrained(model, dir)`: HF-layout checkpoints <-> TransformerLM.
+
+An HF directory holds config.json (with `model_type`) + model.safetensors, or shards listed in
+model.safetensors.index.json (+ tokenizer.json). `from_pretrained` also accepts a scratchlm
+checkpoint directory (config.json without `model_type`) and then behaves like `checkpoint.load_model`.
+Weights are loaded as fp32 master weights by default (bf16/fp16 checkpoints are upcast).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scratchlm.checkpoint import load_model
+from scratchlm.interop.hf_config import config_from_hf, config_to_hf, export_family, hf_family
+from scratchlm.interop.hf_weights import state_from_hf, state_to_hf
+from scratchlm.interop.shards import load_sharded, save_sharded
+from scratchlm.interop.tokenizer_files import save_hf_tokenizer
+from scratchlm.io_utils import atomic_write_text
+from scratchlm.model import TransformerLM
+
+CONFIG_NAME = "config.json"
+
+
+def read_config_json(directory: str | Path) -> dict[str, Any]:
+    """DIR/config.json as a dict, with clear errors for a missing or corrupt file."""
+    path = Path(directory) / CONFIG_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{directory} is not a model directory: {path} is missing")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def is_hf_config(data: dict[str, Any]) -> bool:
+    return "model_type" in data or "architectures" in data
+
+
+def _load_state_strict(model: TransformerLM, state: dict[str, torch.Tensor], directory: Path) -> None:
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = [f"{k}: checkpoint {tuple(state[k].shape)} vs config {tuple(expected[k].shape)}"
+             for k in sorted(set(state) & set(expected)) if state[k].shape != expected[k].shape]
+    if missing or unexpected or wrong:
+        raise ValueError(f"HF checkpoint {directory} does not match its config.json: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}, wrong shapes {wrong[:3]}")
+    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()}, strict=True)
+
+
+def from_pretrained(directory: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+                    progress: bool = False, **config_overrides: Any) -> TransformerLM:
+    """Load a Hugging Face (Llama, Qwen2, Qwen3, GPT-2) or scratchlm checkpoint directory as a TransformerLM.
+
+    config_overrides replace ModelConfig fields that do not change the weights' meaning, e.g.
+    attn_impl="sdpa" or rope_style="interleaved" (q/k rows are then permuted to match).
+    """
+    directory = Path(directory)
+    data = read_config_json(directory)
+    if not is_hf_config(data):
+        return load_model(directory, map_location=device, **config_overrides).to(dtype)
+    config = config_from_hf(data, **config_overrides)
+    family = hf_family(data)
+    state = state_from_hf(load_sharded(directory, progress=progress), config, family)
+    model = TransformerLM(config)
+    _load_state_strict(model, state, directory)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def save_pretrained(model: TransformerLM, directory: str | Path, *, max_shard_size: int | str = "5GB",
+                    dtype: torch.dtype | None = None, tokenizer: Any = None, bos_token_id: int | None = None,
+                    eos_token_id: int | None = None, progress: bool = False) -> Path:
+    """Write `model` in the HF layout transformers loads with AutoModelForCausalLM.from_pretrained.
+
+    The family (llama / qwen2 / qwen3 / gpt2) follows from model.config (see hf_config.export_family);
+    a config HF cannot represent exactly raises ValueError naming the field. Weights are sharded with
+    an index above max_shard_size ("500MB", "2GB" or bytes); dtype casts them (default: as stored);
+    a scratchlm Tokenizer is written as tokenizer.json.
+    """
+    if not isinstance(model, TransformerLM):
+        raise ValueError(f"save_pretrained needs a scratchlm TransformerLM, got {type(model).__name__}")
+    config = model.config
+    family = export_family(config)
+    state = state_to_hf(model.state_dict(), config, family)
+    if dtype is not None:
+        state = {k: v.to(dtype) for k, v in state.items()}
+    stored = next(iter(state.values())).dtype
+    extra = {"bos_token_id": bos_token_id, "eos_token_id": eos_token_id, "dtype": str(stored).removeprefix("torch.")}
+    hf = config_to_hf(config, family, extra)
+    directory = Path(directory)
+    save_sharded(state, directory, max_shard_size=max_shard_size, progress=progress)
+    atomic_write_text(directory / CONFIG_NAME, json.dumps(hf, indent=2) + "\n")
+    if tokenizer is not None:
+        save_hf_tokenizer(tokenizer, directory)
+    return directory

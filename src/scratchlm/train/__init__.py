@@ -1,0 +1,1 @@
+"""Pretraining: losses, AdamW, LR schedules, gradient clipping, checkpoints, the training loop, DDP."""

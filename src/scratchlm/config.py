@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +58,11 @@ class ModelConfig:
     tie_embeddings: bool = True
     attn_impl: str = "reference"
     init_std: float = 0.02
+    # names of the fields filled in by __post_init__ (re-derived by `replace` unless given)
+    derived: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self.derived = tuple(n for n in ("n_kv_heads", "head_dim", "d_ff") if getattr(self, n) is None)
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "ffn_multiple_of"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -99,20 +102,24 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.init_std must be > 0, got {self.init_std}")
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """All fields with derived sizes resolved (what config.json stores)."""
+        out = dataclasses.asdict(self)
+        out.pop("derived")
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
         """Build from a dict; unknown keys are an error naming them and the valid fields."""
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls) if f.init}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown ModelConfig field(s) {unknown}; valid fields: {sorted(known)}")
         return cls(**data)
 
     def replace(self, **changes: Any) -> "ModelConfig":
-        """A copy with `changes` applied (validated again)."""
-        return ModelConfig.from_dict({**self.to_dict(), **changes})
+        """A copy with `changes` applied (validated again); sizes that were derived are derived again."""
+        rederive = {name: None for name in self.derived if name not in changes}
+        return ModelConfig.from_dict({**self.to_dict(), **rederive, **changes})
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")

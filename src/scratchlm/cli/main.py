@@ -12,6 +12,7 @@ import sys
 
 COMMANDS: tuple[str, ...] = (
     "scratchlm.cli.model_info",
+    "scratchlm.cli.convert",
 )
 
 

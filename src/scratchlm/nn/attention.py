@@ -63,11 +63,12 @@ def sdpa_attention(
 ) -> torch.Tensor:
     """Fast path: torch's fused F.scaled_dot_product_attention, same contract as the reference."""
     gqa = q.shape[1] != k.shape[1]
-    if mask is None:
+    t, s = q.shape[2], k.shape[2]
+    if mask is None and (not is_causal or t == s):
         return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=gqa)
-    if is_causal:
-        t, s = q.shape[2], k.shape[2]
-        mask = mask & causal_mask(t, s, start=s - t, device=q.device)
+    if is_causal:  # torch's is_causal aligns top-left when t != s; ours is bottom-right (queries are last)
+        causal = causal_mask(t, s, start=s - t, device=q.device)
+        mask = causal if mask is None else mask & causal
     live = mask.any(dim=-1, keepdim=True)  # rows with at least one visible key
     safe = mask | ~live  # let dead rows attend everything (finite), then zero them below
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe, scale=scale, enable_gqa=gqa)

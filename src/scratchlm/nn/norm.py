@@ -1,11 +1,12 @@
 """Normalisation layers: RMSNorm, LayerNorm, BatchNorm1d.
 
-RMSNorm:    y = x / sqrt(mean(x^2) + eps) * g                  (no mean-centering; computed in fp32)
+RMSNorm:    y = x / sqrt(mean(x^2) + eps) * g                  (no mean-centering)
 LayerNorm:  y = (x - mean(x)) / sqrt(var(x) + eps) * g + b     (biased variance: divide by N, not N-1)
 BatchNorm1d (training): per channel c over batch (and length) dims,
             y = (x - mu_B) / sqrt(var_B + eps) * g + b, var_B biased;
             running_mean <- (1 - m) running_mean + m mu_B;  running_var <- (1 - m) running_var + m var_B_unbiased
             (eval): the running statistics replace the batch ones.
+RMSNorm and LayerNorm compute in fp32 and cast the result back to the input dtype (bf16-safe).
 Shapes: RMSNorm/LayerNorm normalise the last dim D; BatchNorm1d takes (B, C) or (B, C, L).
 """
 
@@ -27,8 +28,7 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
         ms = (x32 * x32).mean(dim=-1, keepdim=True)  # (..., 1)
-        y = x32 * torch.rsqrt(ms + self.eps)
-        return y.to(x.dtype) * self.weight
+        return (x32 * torch.rsqrt(ms + self.eps) * self.weight.float()).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}"
@@ -49,10 +49,10 @@ class LayerNorm(nn.Module):
         mean = x32.mean(dim=-1, keepdim=True)  # (..., 1)
         centred = x32 - mean
         var = (centred * centred).mean(dim=-1, keepdim=True)  # biased: / D
-        y = (centred * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
+        y = centred * torch.rsqrt(var + self.eps) * self.weight.float()
         if self.bias is not None:
-            y = y + self.bias
-        return y
+            y = y + self.bias.float()
+        return y.to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, bias={self.bias is not None}"

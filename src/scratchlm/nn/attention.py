@@ -111,6 +111,22 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(head_dim, norm_eps) if qk_norm else None
         self.rope = rope
 
+    def project_qkv(
+        self, x: torch.Tensor, positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, T, D) -> q (B, H, T, Hd), k, v (B, KvH, T, Hd): split heads, QK-norm, then RoPE per head."""
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Hd)
+        k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, KvH, T, Hd)
+        v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, KvH, T, Hd)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope is not None:
+            if positions is None:
+                positions = torch.arange(t, device=x.device)
+            q, k = self.rope(q, positions), self.rope(k, positions)
+        return q, k, v
+
     def forward(
         self,
         x: torch.Tensor,
@@ -127,15 +143,7 @@ class Attention(nn.Module):
         K/V are written at the cache's next slots and attention runs over all filled slots.
         """
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Hd)
-        k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, KvH, T, Hd)
-        v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, KvH, T, Hd)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if self.rope is not None:
-            if positions is None:
-                positions = torch.arange(t, device=x.device)
-            q, k = self.rope(q, positions), self.rope(k, positions)
+        q, k, v = self.project_qkv(x, positions)
         if kv_cache is not None:
             k, v = kv_cache.update(layer_idx, k, v)  # (B, KvH, S, Hd)
         attend = sdpa_attention if self.attn_impl == "sdpa" else scaled_dot_product_attention

@@ -13,6 +13,7 @@ import sys
 COMMANDS: tuple[str, ...] = (
     "scratchlm.cli.model_info",
     "scratchlm.cli.convert",
+    "scratchlm.cli.tokenizer_cmd",
 )
 
 

@@ -11,6 +11,7 @@ ids as encoding the whole stream. We only cut where
 
 from __future__ import annotations
 
+import itertools
 from functools import lru_cache
 from typing import TYPE_CHECKING, Iterable, Iterator
 
@@ -47,8 +48,8 @@ def safe_cut(buf: str, special_re: regex.Pattern | None, max_special: int) -> in
     return starts[-2] if len(starts) >= 3 else last_end
 
 
-def encode_stream(tok: "Tokenizer", iterable: Iterable[str]) -> Iterator[int]:
-    """Yield the ids of ''.join(iterable) while holding at most ~BUFFER_CHARS (+ one item) of text."""
+def encode_stream_chunks(tok: "Tokenizer", iterable: Iterable[str]) -> Iterator[list[int]]:
+    """Yield lists of ids of ''.join(iterable), holding at most ~BUFFER_CHARS (+ one item) of text."""
     max_special = max((len(s) for s in tok.special_tokens), default=0)
     buf = ""
     for piece in iterable:
@@ -59,7 +60,12 @@ def encode_stream(tok: "Tokenizer", iterable: Iterable[str]) -> Iterator[int]:
             continue
         cut = safe_cut(buf, tok._special_re, max_special)
         if cut > 0:
-            yield from tok.encode(buf[:cut])
+            yield tok.encode(buf[:cut])
             buf = buf[cut:]
     if buf:
-        yield from tok.encode(buf)
+        yield tok.encode(buf)
+
+
+def encode_stream(tok: "Tokenizer", iterable: Iterable[str]) -> Iterator[int]:
+    """The ids of `encode_stream_chunks`, one at a time."""
+    return itertools.chain.from_iterable(encode_stream_chunks(tok, iterable))

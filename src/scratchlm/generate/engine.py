@@ -1,0 +1,125 @@
+"""Generation engine: prefill the (left-padded) prompts into a static KV cache, then decode one token
+per step for the whole batch.
+
+    prefill:  logits = model(ids (B, P), positions (B, P), key_mask[:, :P], cache)   -> cache slots [0, P)
+    step i:   x_i = choose(logits[:, -1]);  logits = model(x_i (B, 1), pos + i, key_mask[:, :P+i+1], cache)
+
+The cache is allocated once per call with exactly P + max_new_tokens slots (B, KvH, S, Hd per layer),
+so decoding never reallocates. Context policy: P + max_new_tokens must fit the model's max_seq_len;
+otherwise a ValueError says by how much and what to change (no silent sliding window).
+Outputs are the new tokens of each row, including the stop token that ended it (if any).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Callable
+
+import torch
+
+from scratchlm.generate.batching import check_prompts, left_pad
+from scratchlm.generate.decode_step import make_decode_step
+from scratchlm.generate.sampling import SamplingParams, choose_next_token, make_generator, token_counts
+from scratchlm.generate.stopping import StopChecker
+from scratchlm.model import TransformerLM
+
+
+def check_context(prompt_len: int, max_new_tokens: int, max_seq_len: int) -> None:
+    """Raise a ValueError when prompt + new tokens would not fit the context window."""
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    need = prompt_len + max_new_tokens
+    if need > max_seq_len:
+        room = max_seq_len - prompt_len
+        fix = f"lower max_new_tokens to {room}" if room > 0 else f"shorten the prompt below {max_seq_len} tokens"
+        raise ValueError(
+            f"context overflow: prompt of {prompt_len} tokens + max_new_tokens={max_new_tokens} = {need} > "
+            f"the model's max_seq_len={max_seq_len}; {fix} (the engine never slides the window silently)"
+        )
+
+
+def sampling_params(**kwargs: Any) -> SamplingParams:
+    """SamplingParams from keyword arguments, with a ValueError naming unknown keys."""
+    valid = set(SamplingParams.__dataclass_fields__)
+    unknown = sorted(set(kwargs) - valid)
+    if unknown:
+        raise ValueError(f"unknown sampling option(s) {unknown}; valid: {sorted(valid)}")
+    return SamplingParams(**kwargs)
+
+
+@torch.inference_mode()
+def iter_decode(
+    model: TransformerLM,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    params: SamplingParams,
+    seed: int | None = None,
+    pad_id: int = 0,
+    compile_decode: bool = False,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Yield (next token (B,) int64, the raw logits (B, V) it was chosen from), max_new_tokens times.
+
+    The caller stops early by closing the iterator (e.g. `break` once every row has stopped).
+    """
+    check_prompts(prompts, model.config.vocab_size)
+    device = model.lm_head.weight.device
+    batch = left_pad(prompts, pad_id, device)
+    b, p = batch.ids.shape
+    check_context(p, max_new_tokens, model.config.max_seq_len)
+    cache = model.new_kv_cache(b, max_seq_len=p + max_new_tokens)
+    key_mask = None
+    if batch.has_padding:
+        key_mask = torch.ones(b, p + max_new_tokens, dtype=torch.bool, device=device)  # (B, S)
+        key_mask[:, :p] = batch.valid
+    counts = token_counts(batch.ids, model.config.vocab_size, batch.valid) if params.uses_counts else None
+    generator = make_generator(seed, device)
+    step = make_decode_step(model, compile_decode)
+    logits = model(batch.ids, batch.positions, None if key_mask is None else key_mask[:, :p], cache)[:, -1]
+    positions = batch.lengths[:, None].clone()  # (B, 1) position of the next token
+    for i in range(max_new_tokens):
+        token = choose_next_token(logits, params, counts, generator)  # (B,)
+        yield token, logits
+        if i == max_new_tokens - 1:
+            return
+        if counts is not None:
+            counts.scatter_add_(1, token[:, None], torch.ones_like(token[:, None], dtype=counts.dtype))
+        mask = None if key_mask is None else key_mask[:, : p + i + 1]
+        logits = step(token[:, None], positions, mask, cache)  # (B, V)
+        positions += 1
+
+
+def generate(
+    model: TransformerLM,
+    prompts: list[list[int]],
+    max_new_tokens: int = 64,
+    *,
+    stop_token_ids: Iterable[int] = (),
+    stop_strings: Iterable[str] = (),
+    tokenizer: Any = None,
+    seed: int | None = None,
+    pad_id: int = 0,
+    compile_decode: bool = False,
+    on_token: Callable[[int, int], None] | None = None,
+    **sampling: Any,
+) -> list[list[int]]:
+    """Generate up to max_new_tokens for every prompt; returns each row's new token ids.
+
+    sampling: SamplingParams fields (temperature, top_k, top_p, min_p, repetition_penalty,
+    frequency_penalty, presence_penalty); temperature 0 (default) is greedy. A row ends at its first
+    stop token id (kept in the output) or when its decoded text contains a stop string (needs
+    `tokenizer`; the completing token is kept). on_token(row, token) is called for every kept token.
+    """
+    params = sampling_params(**sampling)
+    stopper = StopChecker(len(prompts), stop_token_ids, stop_strings, tokenizer)
+    outputs: list[list[int]] = [[] for _ in prompts]
+    for token, _ in iter_decode(model, prompts, max_new_tokens, params, seed, pad_id, compile_decode):
+        for row, tok in enumerate(token.tolist()):
+            if stopper.done[row]:
+                continue
+            outputs[row].append(tok)
+            stopper.push(row, tok)
+            if on_token is not None:
+                on_token(row, tok)
+        if stopper.all_done:
+            break
+    return outputs

@@ -32,15 +32,16 @@ FAMILIES = {
 
 @torch.no_grad()
 def randomize_(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Weights ~ N(0, 0.1), 1-d params (norm gains, biases) ~ U(0.5, 1.5) or N(0, 0.1): nothing trivial."""
+    """Matrices ~ N(0, 0.25^2), norm gains ~ U(0.5, 1.5), biases ~ N(0, 0.05^2): nothing trivial, and
+    large enough that greedy decoding of these random models is varied rather than one repeated token."""
     g = torch.Generator().manual_seed(seed)
     for name, p in module.named_parameters():
         if p.dim() > 1:
-            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
-        elif "norm" in name or "ln_" in name:
+            p.copy_(torch.randn(p.shape, generator=g) * 0.25)
+        elif ("norm" in name or "ln_" in name) and name.endswith("weight"):
             p.copy_(torch.rand(p.shape, generator=g) + 0.5)
         else:
-            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
     return module
 
 

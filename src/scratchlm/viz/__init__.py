@@ -1,0 +1,1 @@
+"""Plots that explain the model: RoPE long-term decay, attention maps, loss curves, sampling filters."""

@@ -1,0 +1,1 @@
+"""Post-training: log-probs, KL estimators, SFT, DPO, PPO and the GRPO family, rewards and rollouts."""

@@ -29,7 +29,7 @@ def test_accumulation_with_global_token_count_equals_one_batch():
     n = int(mask[:, 1:].sum())
     full = sft_loss(logits, ids, mask)
     parts = sft_loss(logits[:2], ids[:2], mask[:2], num_tokens=n) + sft_loss(logits[2:], ids[2:], mask[2:], num_tokens=n)
-    assert parts.item() == pytest.approx(full.item(), rel=1e-10)
+    assert parts.item() == pytest.approx(full.item(), rel=1e-6)  # cross_entropy runs in fp32
 
 
 def test_pad_and_pack():

@@ -13,7 +13,9 @@ import sys
 COMMANDS: tuple[str, ...] = (
     "scratchlm.cli.model_info",
     "scratchlm.cli.convert",
+    "scratchlm.cli.train",
     "scratchlm.cli.tokenizer_cmd",
+    "scratchlm.cli.serve",
 )
 
 
@@ -32,7 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` and run the chosen command; errors from bad input exit 2 with a one-line message."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "accepts_overrides", False):  # only commands that opt in take --key=value
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.overrides = extra
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

@@ -1,0 +1,186 @@
+"""Training checkpoints: model + optimizer + trainer state, swapped in as one directory.
+
+OUT/checkpoint/ holds
+    config.json, model.safetensors        scratchlm.checkpoint.save_model (loadable with load_model)
+    trainer_state.safetensors             optimizer moments + RNG states (tensors; never pickle)
+    trainer_state.json                    step, tokens seen, data position, optimizer hyperparameters,
+                                          python/numpy RNG, the TrainConfig (everything that is not a tensor)
+    tokenizer files                       copied from TrainConfig.tokenizer_dir, when given
+Atomicity: everything is written into OUT/.checkpoint.tmp, then the old checkpoint is renamed to
+OUT/.checkpoint.old, the new one renamed into place, and the old one deleted. A crash at any
+moment leaves either a complete OUT/checkpoint or a complete OUT/.checkpoint.old (used by resume).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save
+
+from scratchlm.checkpoint import CONFIG_NAME, WEIGHTS_NAME, load_config, load_model, save_model
+from scratchlm.io_utils import atomic_write, atomic_write_text
+from scratchlm.model import TransformerLM
+
+STATE_JSON = "trainer_state.json"
+STATE_TENSORS = "trainer_state.safetensors"
+FORMAT = "scratchlm-trainer-state-v1"
+
+
+@dataclass
+class TrainerState:
+    """Everything besides weights and optimizer moments that an exact resume needs."""
+
+    step: int = 0  # optimizer steps completed
+    tokens_seen: int = 0
+    total_steps: int = 0  # the schedule's length (max_steps, or fixed from a time budget)
+    data_position: dict[str, int] = field(default_factory=dict)  # SequentialBatches state
+    last_val_loss: float | None = None
+
+
+def checkpoint_path(out_dir: str | Path) -> Path:
+    return Path(out_dir) / "checkpoint"
+
+
+def find_checkpoint(out_dir: str | Path) -> Path | None:
+    """OUT/checkpoint, or OUT/.checkpoint.old if a crash hit between the two renames, else None."""
+    for p in (checkpoint_path(out_dir), Path(out_dir) / ".checkpoint.old"):
+        if (p / STATE_JSON).exists():
+            return p
+    return None
+
+
+def _optimizer_split(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """optimizer.state_dict() as (tensors for safetensors, JSON-able rest)."""
+    sd = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for idx, st in sd["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"optimizer.{idx}.{k}"] = v.detach().to("cpu").contiguous()
+            else:
+                scalars[f"{idx}.{k}"] = v
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def _rng_split() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    tensors = {"rng.torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        tensors.update({f"rng.cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
+    version, mt, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return tensors, {"python": [version, list(mt), gauss], "numpy": [name, keys.tolist(), pos, has_gauss, cached]}
+
+
+def _write_state(tmp: Path, optimizer, state: TrainerState, train_config: dict[str, Any]) -> None:
+    opt_tensors, opt_meta = _optimizer_split(optimizer)
+    rng_tensors, rng_meta = _rng_split()
+    blob = save({**opt_tensors, **rng_tensors}, metadata={"format": FORMAT})
+    with atomic_write(tmp / STATE_TENSORS) as f:
+        f.write(blob)
+    meta = {"format": FORMAT, "trainer": dataclasses.asdict(state), "optimizer": opt_meta, "rng": rng_meta,
+            "train_config": train_config}
+    atomic_write_text(tmp / STATE_JSON, json.dumps(meta, indent=1) + "\n")
+
+
+def save_checkpoint(
+    out_dir: str | Path, model: TransformerLM, optimizer: torch.optim.Optimizer, state: TrainerState,
+    train_config: dict[str, Any], tokenizer_dir: str | Path | None = None,
+) -> Path:
+    """Write the whole checkpoint into a temp dir, then swap it in (see module docstring)."""
+    out_dir = Path(out_dir)
+    tmp, old, final = out_dir / ".checkpoint.tmp", out_dir / ".checkpoint.old", checkpoint_path(out_dir)
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_model(model, tmp)
+    _write_state(tmp, optimizer, state, train_config)
+    if tokenizer_dir:
+        for f in sorted(Path(tokenizer_dir).iterdir()):
+            if f.is_file() and f.name not in (CONFIG_NAME, WEIGHTS_NAME, STATE_JSON, STATE_TENSORS):
+                with atomic_write(tmp / f.name) as dst:
+                    dst.write(f.read_bytes())
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def read_state_json(ckpt: Path) -> dict[str, Any]:
+    """trainer_state.json with clear errors for missing, foreign or corrupt files."""
+    path = ckpt / STATE_JSON
+    if not path.exists():
+        raise FileNotFoundError(f"{ckpt} is not a scratchlm training checkpoint: {path} is missing")
+    try:
+        meta = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}); the checkpoint is corrupt") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a scratchlm trainer state (format {FORMAT!r} expected)")
+    return meta
+
+
+def _check_same_model(ckpt: Path, model: TransformerLM) -> None:
+    saved = load_config(ckpt).to_dict()
+    now = model.config.to_dict()
+    diff = {k: (saved[k], now[k]) for k in now if saved.get(k) != now[k]}
+    if diff:
+        raise ValueError(
+            f"cannot resume from {ckpt}: its model config differs from this run's in {diff} (checkpoint, now); "
+            "resume with the same model settings or start a fresh run in another out_dir"
+        )
+
+
+def _restore_optimizer(optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any], ckpt: Path) -> None:
+    saved_names = [g.get("names") for g in meta["param_groups"]]
+    now_names = [g.get("names") for g in optimizer.param_groups]
+    if saved_names != now_names:
+        raise ValueError(f"cannot resume from {ckpt}: the optimizer's parameter groups differ from this model's")
+    state: dict[int, dict[str, Any]] = {}
+    for key, v in tensors.items():
+        if key.startswith("optimizer."):
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = v
+    for key, v in meta["scalars"].items():
+        idx, name = key.split(".", 1)
+        state.setdefault(int(idx), {})[name] = v
+    groups = [{**g, "betas": tuple(g["betas"])} for g in meta["param_groups"]]
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _restore_rng(tensors: dict[str, torch.Tensor], rng: dict[str, Any]) -> None:
+    torch.set_rng_state(tensors["rng.torch_cpu"])
+    cuda = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+    version, mt, gauss = rng["python"]
+    random.setstate((version, tuple(mt), gauss))
+    name, keys, pos, has_gauss, cached = rng["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+def load_checkpoint(ckpt: str | Path, model: TransformerLM, optimizer: torch.optim.Optimizer) -> TrainerState:
+    """Load weights, optimizer state and RNG states in place; returns the TrainerState to continue from."""
+    ckpt = Path(ckpt)
+    meta = read_state_json(ckpt)
+    _check_same_model(ckpt, model)
+    saved = load_model(ckpt)
+    model.load_state_dict(saved.state_dict())
+    path = ckpt / STATE_TENSORS
+    if not path.exists():
+        raise FileNotFoundError(f"{ckpt} has {STATE_JSON} but no {STATE_TENSORS}; the checkpoint is incomplete")
+    try:
+        tensors = load_file(str(path))
+    except Exception as exc:  # safetensors raises its own error types on truncated files
+        raise ValueError(f"cannot read {path}: {exc} (truncated or not a safetensors file?)") from None
+    _restore_optimizer(optimizer, tensors, meta["optimizer"], ckpt)
+    _restore_rng(tensors, meta["rng"])
+    return TrainerState(**meta["trainer"])

@@ -1,0 +1,261 @@
+"""The pretraining loop: accumulate, clip, step, log, evaluate, checkpoint; DDP/FSDP under torchrun.
+
+One optimizer step s (0-based):
+    lr_s = schedule(s);  for each micro-batch m: loss_m = CE(model(x_m), y_m) / A;  backward
+    n = ||g|| (clipped to grad_clip);  stop if loss or n is inf/NaN (nothing saved after the last good
+    checkpoint);  AdamW step with lr_s
+Everything a step depends on (lr, data windows) is a function of s and the checkpointed state, so
+N steps + resume + M steps gives bit-identical losses to N + M steps (on CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from scratchlm.config import get_preset
+from scratchlm.io_utils import atomic_write_text
+from scratchlm.model import TransformerLM
+from scratchlm.model_stats import model_stats
+from scratchlm.train import distributed as D
+from scratchlm.train.checkpoint import TrainerState, find_checkpoint, load_checkpoint, save_checkpoint
+from scratchlm.train.clip import clip_grad_norm, global_grad_norm
+from scratchlm.train.config import TrainConfig
+from scratchlm.train.data_source import DataSource, to_device
+from scratchlm.train.losses import cross_entropy, perplexity
+from scratchlm.train.metrics import MetricsLog, measure_matmul_peak_gflops, mfu, plot_loss_curve
+from scratchlm.train.optim import build_optimizer
+from scratchlm.train.schedule import lr_at
+
+
+class TrainingDiverged(ValueError):
+    """The loss or gradient norm became inf/NaN; the last good checkpoint was left untouched."""
+
+
+@dataclass
+class TrainResult:
+    out_dir: Path
+    checkpoint: Path | None
+    step: int
+    last_loss: float | None
+    val_loss: float | None
+    metrics_path: Path
+
+
+def build_model(cfg: TrainConfig, data_vocab: int) -> TransformerLM:
+    """The preset + overrides; vocab_size defaults to the token file's and must cover it."""
+    overrides = {"vocab_size": data_vocab, **cfg.model}
+    config = get_preset(cfg.model_preset, **overrides)
+    if config.vocab_size < data_vocab:
+        raise ValueError(f"model vocab_size={config.vocab_size} is smaller than the token file's vocab_size="
+                         f"{data_vocab}; drop the model.vocab_size override or raise it")
+    if cfg.seq_len > config.max_seq_len:
+        raise ValueError(f"seq_len={cfg.seq_len} exceeds the model's max_seq_len={config.max_seq_len}; "
+                         f"lower seq_len or set --model.max_seq_len={cfg.seq_len}")
+    return TransformerLM(config)
+
+
+class Trainer:
+    """Holds the model, optimizer, data and state of one run; `run()` trains to the end."""
+
+    def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
+        self.cfg = cfg
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        self.info = D.init_distributed(cfg.device)
+        torch.manual_seed(cfg.seed)
+        self.out = Path(cfg.out_dir)
+        self.data = DataSource(cfg.train_data, cfg.val_data, cfg.val_fraction, cfg.seq_len, cfg.sampler, cfg.seed)
+        self.raw_model = build_model(cfg, self.data.vocab_size).to(self.info.device)
+        self.optimizer = build_optimizer(self.raw_model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
+                                         cfg.optimizer_impl)
+        self.metrics = MetricsLog(self.out / "metrics.jsonl", enabled=self.info.is_main)
+        self.state = self._start_or_resume(resume)
+        self.model = D.wrap_model(self.raw_model, self.info, cfg.fsdp)
+        if cfg.compile:
+            self.model = torch.compile(self.model)
+        self.tokens_per_step = self.info.world_size * cfg.grad_accum * cfg.batch_size * cfg.seq_len
+        self.flops_per_token = model_stats(self.raw_model, self.raw_model.config, cfg.seq_len).flops_per_token_train
+        dtype = torch.bfloat16 if cfg.dtype == "bf16" else torch.float32
+        self.peak = cfg.peak_gflops or measure_matmul_peak_gflops(dtype, self.info.device, seconds=0.3)
+
+    def _start_or_resume(self, resume: bool) -> TrainerState:
+        ckpt = find_checkpoint(self.out)
+        if resume:
+            if self.cfg.fsdp:
+                raise ValueError("--resume is not supported with fsdp=true yet; resume without FSDP (DDP or 1 process)")
+            if ckpt is None:
+                raise FileNotFoundError(f"--resume: no checkpoint in {self.out}/checkpoint; start without --resume")
+            state = load_checkpoint(ckpt, self.raw_model, self.optimizer)
+            self.data.restore(state.data_position)
+            self.metrics.truncate_after(state.step)
+            return state
+        if ckpt is not None:
+            step = json.loads((ckpt / "trainer_state.json").read_text())["trainer"]["step"]
+            raise ValueError(f"{self.out} already holds a checkpoint at step {step}; pass --resume to continue it "
+                             "or choose another out_dir (nothing was overwritten)")
+        if self.info.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self.metrics.truncate_after(-1)
+            atomic_write_text(self.out / "train_config.json", json.dumps(self.cfg.to_dict(), indent=2) + "\n")
+        return TrainerState(total_steps=self.cfg.max_steps)
+
+    def lr(self, step: int) -> float:
+        total = self.state.total_steps
+        return lr_at(self.cfg.schedule, step, self.cfg.lr, self.cfg.min_lr, min(self.cfg.warmup_steps, total),
+                     total, self.cfg.decay_frac)
+
+    def _autocast(self):
+        return torch.autocast(self.info.device.type, dtype=torch.bfloat16, enabled=self.cfg.dtype == "bf16")
+
+    def _loss(self, x: torch.Tensor, y: torch.Tensor, model=None, reduction: str = "mean") -> torch.Tensor:
+        with self._autocast():
+            logits = (model or self.model)(x)  # (B, T, V)
+        return cross_entropy(logits, y, label_smoothing=self.cfg.label_smoothing, z_loss=self.cfg.z_loss,
+                             reduction=reduction, impl=self.cfg.loss_impl)
+
+    def train_step(self, step: int) -> tuple[float, float, float]:
+        """One optimizer step; returns (mean loss over ranks, grad norm, lr)."""
+        cfg, lr = self.cfg, self.lr(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        total = torch.zeros((), device=self.info.device)
+        batches = list(self.data.step_batches(step, cfg.batch_size, cfg.grad_accum, self.info.rank,
+                                              self.info.world_size))
+        for m, batch in enumerate(batches):
+            x, y = to_device(batch, self.info.device)
+            sync = m == len(batches) - 1 or not hasattr(self.model, "no_sync")
+            with contextlib.nullcontext() if sync else self.model.no_sync():
+                loss = self._loss(x, y) / cfg.grad_accum
+                loss.backward()
+            total += loss.detach()
+        params = list(self.raw_model.parameters())
+        norm = clip_grad_norm(params, cfg.grad_clip) if cfg.grad_clip > 0 else global_grad_norm(params)
+        loss_value = float(D.all_reduce_mean(total, self.info))
+        if not (math.isfinite(loss_value) and math.isfinite(float(norm))):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise TrainingDiverged(
+                f"training diverged at step {step + 1}: loss={loss_value}, grad_norm={float(norm)} (lr={lr:.3g}); "
+                f"stopped without saving, the last good checkpoint in {self.out / 'checkpoint'} is intact. Lower lr, "
+                "keep grad_clip > 0, or train in fp32, then --resume"
+            )
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss_value, float(norm), lr
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean val loss per token over the fixed eval windows (summed over ranks)."""
+        self.model.eval()
+        sums = torch.zeros(2, device=self.info.device)
+        model = self.model if self.cfg.fsdp else self.raw_model
+        for batch in self.data.eval_batches(self.cfg.eval_batches, self.cfg.batch_size, self.info.rank,
+                                            self.info.world_size):
+            x, y = to_device(batch, self.info.device)
+            sums[0] += self._loss(x, y, model=model, reduction="sum").float()
+            sums[1] += y.numel()
+        self.model.train()
+        sums = D.all_reduce_mean(sums, self.info)
+        return float(sums[0] / sums[1])
+
+    def save(self) -> Path | None:
+        self.state.data_position = self.data.position()
+        path = None
+        if self.info.is_main:
+            model = self._full_model()
+            path = save_checkpoint(self.out, model, self.optimizer, self.state, self.cfg.to_dict(),
+                                   self.cfg.tokenizer_dir or None)
+        elif self.cfg.fsdp:
+            self._full_model()
+        D.barrier(self.info)
+        return path or (self.out / "checkpoint")
+
+    def _full_model(self) -> TransformerLM:
+        """The unsharded model (FSDP: gathered to a CPU copy on every rank; otherwise the model itself)."""
+        if not self.cfg.fsdp or not self.info.enabled:
+            return self.raw_model
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        copy = TransformerLM(self.raw_model.config)
+        copy.load_state_dict(full)
+        return copy
+
+    def _fix_budget(self, steps_done: int, seconds: float) -> None:
+        """With max_time_s, set the schedule length once from the measured step time (checkpointed)."""
+        per_step = float(D.all_reduce_mean(torch.tensor(seconds / steps_done), self.info))
+        est = int(self.cfg.max_time_s * 0.95 / per_step)
+        self.state.total_steps = max(self.state.step + 1, min(self.cfg.max_steps, est))
+
+    def _should_stop_for_time(self, t0: float) -> bool:
+        if not self.cfg.max_time_s:
+            return False
+        flag = torch.tensor(float(time.perf_counter() - t0 > self.cfg.max_time_s))
+        return bool(D.all_reduce_mean(flag, self.info) > 0)
+
+    def _log(self, step: int, loss: float, norm: float, lr: float, tok_s: float, elapsed: float, bar) -> None:
+        util = mfu(tok_s, self.flops_per_token, self.peak)
+        self.metrics.write({"step": step, "loss": loss, "lr": lr, "grad_norm": norm, "tok_s": round(tok_s, 1),
+                            "mfu": round(util, 4), "tokens": self.state.tokens_seen, "elapsed_s": round(elapsed, 2)})
+        bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tok_s:,.0f}", mfu=f"{100 * util:.1f}%")
+
+    def _eval_and_log(self, step: int, bar) -> None:
+        val = self.evaluate()
+        self.state.last_val_loss = val
+        self.metrics.write({"step": step, "val_loss": val, "val_ppl": perplexity(val)})
+        bar.write(f"step {step}: val loss {val:.4f} (ppl {perplexity(val):.2f})")
+
+    def run(self) -> TrainResult:
+        """Train from state.step to total_steps (or stop_at_step / max_time_s); checkpoint and plot."""
+        cfg = self.cfg
+        stop = cfg.stop_at_step or self.state.total_steps
+        bar = tqdm(total=self.state.total_steps, initial=self.state.step, desc="train", dynamic_ncols=True,
+                   disable=not (cfg.progress and self.info.is_main))
+        t0 = t_log = time.perf_counter()
+        first, n_log, loss = self.state.step, 0, None
+        budget_fixed = not cfg.max_time_s or self.state.step > 0
+        while self.state.step < min(stop, self.state.total_steps):
+            step = self.state.step
+            loss, norm, lr = self.train_step(step)
+            self.state.step, self.state.tokens_seen = step + 1, self.state.tokens_seen + self.tokens_per_step
+            bar.update(1)
+            n_log += 1
+            done = self.state.step
+            if not budget_fixed and done - first == min(10, self.state.total_steps):
+                self._fix_budget(done - first, time.perf_counter() - t0)
+                bar.total, budget_fixed = self.state.total_steps, True
+            final = done >= min(stop, self.state.total_steps) or self._should_stop_for_time(t0)
+            if done % cfg.log_interval == 0 or final:
+                now = time.perf_counter()
+                self._log(done, loss, norm, lr, n_log * self.tokens_per_step / (now - t_log), now - t0, bar)
+                t_log, n_log = now, 0
+            if done % cfg.eval_interval == 0 or final:
+                self._eval_and_log(done, bar)
+            if done % cfg.ckpt_interval == 0 or final:
+                self.save()
+            if final:
+                break
+        bar.close()
+        return self._finish(loss)
+
+    def _finish(self, loss: float | None) -> TrainResult:
+        ckpt = find_checkpoint(self.out)
+        if self.info.is_main and self.metrics.read():
+            plot_loss_curve(self.metrics.read(), self.out / "loss.png", title=f"scratchlm {self.out.name}")
+        return TrainResult(self.out, ckpt, self.state.step, loss, self.state.last_val_loss, self.metrics.path)
+
+
+def train(cfg: TrainConfig, resume: bool = False) -> TrainResult:
+    """Run (or resume) the training described by `cfg`; see Trainer."""
+    trainer = Trainer(cfg, resume=resume)
+    try:
+        return trainer.run()
+    finally:
+        D.shutdown(trainer.info)

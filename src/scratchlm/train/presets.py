@@ -1,0 +1,57 @@
+"""Named TrainConfig presets (plain Python, looked up by exact name; the error lists them).
+
+- smoke: a seconds-long run of a very small llama (CI, first try).
+- quickstart: the main job's tiny llama on the default corpus, sized for a few minutes on 2 CPU cores.
+- shakespeare-char: the winning CPU speedrun recipe on character-level tinyshakespeare
+  (benchmarks/speedrun_shakespeare.py); pass --train_data with a char-level token file.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from scratchlm.train.config import TrainConfig
+
+FAST = dict(optimizer_impl="torch", loss_impl="torch")
+
+
+def _smoke() -> TrainConfig:
+    return TrainConfig(
+        model={"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 64, "attn_impl": "sdpa"},
+        batch_size=8, seq_len=64, max_steps=50, warmup_steps=5, lr=3e-3, min_lr=3e-4, eval_interval=25,
+        eval_batches=4, ckpt_interval=50, log_interval=5, out_dir="runs/smoke", **FAST,
+    )
+
+
+def _quickstart() -> TrainConfig:
+    return TrainConfig(
+        model={"d_model": 192, "n_layers": 4, "n_heads": 6, "n_kv_heads": 2, "max_seq_len": 128, "attn_impl": "sdpa"},
+        batch_size=16, seq_len=128, max_steps=2000, max_time_s=180.0, warmup_steps=50, lr=2e-3, min_lr=2e-4,
+        schedule="wsd", decay_frac=0.3, dtype="bf16", eval_interval=100, eval_batches=10, ckpt_interval=200,
+        log_interval=10, out_dir="runs/quickstart", **FAST,
+    )
+
+
+def _shakespeare_char() -> TrainConfig:
+    return TrainConfig(
+        model={"d_model": 192, "n_layers": 4, "n_heads": 6, "n_kv_heads": 6, "max_seq_len": 128,
+               "attn_impl": "sdpa", "tie_embeddings": False},
+        batch_size=32, seq_len=128, max_steps=1200, warmup_steps=50, lr=3e-3, min_lr=3e-4, schedule="wsd",
+        decay_frac=0.3, weight_decay=0.1, beta2=0.99, dtype="bf16", eval_interval=100, eval_batches=8,
+        ckpt_interval=1200, log_interval=20, out_dir="runs/shakespeare-char", **FAST,
+    )
+
+
+TRAIN_PRESETS: dict[str, Callable[[], TrainConfig]] = {
+    "smoke": _smoke,
+    "quickstart": _quickstart,
+    "shakespeare-char": _shakespeare_char,
+}
+
+
+def get_train_preset(name: str, **overrides: Any) -> TrainConfig:
+    """A fresh TrainConfig for preset `name` with `overrides` (TrainConfig.with_overrides keys) applied."""
+    if name not in TRAIN_PRESETS:
+        raise ValueError(f"unknown training preset {name!r}; available: {sorted(TRAIN_PRESETS)}")
+    config = TRAIN_PRESETS[name]()
+    return config.with_overrides(overrides) if overrides else config

@@ -20,7 +20,7 @@ def test_rope_bound_matches_brute_force_complex_sum() -> None:
         for j in range(d // 2):
             partial += cmath.exp(1j * r * theta[j])
             total += abs(partial)
-        assert rope_relative_upper_bound(torch.tensor([r]), d, base).item() == pytest.approx(total / (d / 2), rel=1e-9)
+        assert rope_relative_upper_bound(torch.tensor([r]), d, base).item() == pytest.approx(total / (d / 2), rel=1e-5)  # theta in fp32
 
 
 def test_rope_bound_decays_with_distance() -> None:

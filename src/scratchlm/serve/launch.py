@@ -1,0 +1,56 @@
+"""Start the server from a checkpoint directory: load model + tokenizer, bind, run uvicorn.
+
+The socket is bound here (127.0.0.1 unless told otherwise) before uvicorn starts, so `port=0` picks a
+free port, and the line printed on start names the real address:
+    scratchlm serve: serving 'NAME' on http://HOST:PORT  (chat page: /, API: /v1)
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import uvicorn
+
+from scratchlm.checkpoint import load_model
+from scratchlm.serve.server import DEFAULT_MAX_BODY_BYTES, create_app
+from scratchlm.tokenizer import Tokenizer
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on (host, port); a clear ValueError when the address cannot be used."""
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port {port} is not a TCP port; use 0..65535 (0 = any free port)")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port or --host") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
+               model_name: str | None = None, max_batch: int = 32,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    """Serve the model in `checkpoint` (config.json + model.safetensors + tokenizer files) until stopped."""
+    checkpoint = Path(checkpoint)
+    if not checkpoint.is_dir():
+        raise FileNotFoundError(f"checkpoint directory {checkpoint} does not exist")
+    model = load_model(checkpoint).eval()
+    tokenizer = Tokenizer.load(checkpoint)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ValueError(f"tokenizer in {checkpoint} has {tokenizer.vocab_size} tokens but the model only "
+                         f"{model.config.vocab_size}; the checkpoint's tokenizer and model do not belong together")
+    name = model_name or checkpoint.resolve().name
+    app = create_app(model, tokenizer, name, api_key=api_key, max_body_bytes=max_body_bytes, max_batch=max_batch)
+    sock = bind_socket(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"scratchlm serve: serving '{name}' on http://{shown}:{sock.getsockname()[1]}  (chat page: /, API: /v1)",
+          flush=True)
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])

@@ -1,0 +1,110 @@
+"""From a validated request to generation jobs: prompt token ids, token budgets, sampling params.
+
+Context policy (no silent truncation): a prompt of P tokens needs P <= M - 1 (M = max_seq_len) and
+P + max_tokens <= M; otherwise a 400 says by how much. When max_tokens is not given, completions use
+OpenAI's default of 16 and chat uses the rest of the context, both capped at M - P.
+Completions stop at <|endoftext|>; chat stops at <|im_end|> or <|endoftext|> (the tokens the
+tokenizer has); `stop` strings end a choice with the text before them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from scratchlm.generate.sampling import SamplingParams
+from scratchlm.generate.streaming import default_stop_ids
+from scratchlm.serve.protocol import APIError, ChatRequest, CompletionRequest, SamplingFields
+from scratchlm.tokenizer.chat_template import render_chat
+
+COMPLETION_DEFAULT_MAX_TOKENS = 16
+EOT = "<|endoftext|>"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to generate for one request: choice i*n + j continues prompts[i] (its j-th sample)."""
+
+    prompts: list[list[int]]
+    max_tokens: list[int]
+    n: int
+    params: SamplingParams
+    stop_token_ids: tuple[int, ...]
+    stop_strings: tuple[str, ...]
+    seed: int | None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(len(p) for p in self.prompts)
+
+
+def token_budget(prompt_len: int, requested: int | None, default: int | None, context: int, param: str) -> int:
+    """max_tokens for a prompt of prompt_len tokens, or a 400 when it cannot fit the context."""
+    if prompt_len > context - 1:
+        raise APIError(400, f"the prompt has {prompt_len} tokens but this model's context is {context} tokens and "
+                       f"at least 1 must remain for the completion; shorten the prompt to at most {context - 1} "
+                       "tokens", param="messages" if param == "max_completion_tokens" else "prompt",
+                       code="context_length_exceeded")
+    room = context - prompt_len
+    if requested is None:
+        return room if default is None else min(default, room)
+    if prompt_len + requested > context:
+        raise APIError(400, f"this model's maximum context length is {context} tokens, but you requested "
+                       f"{prompt_len + requested} ({prompt_len} in the prompt + {param}={requested}); set {param} "
+                       f"to at most {room} or shorten the prompt", param=param, code="context_length_exceeded")
+    return requested
+
+
+def sampling_params_of(req: SamplingFields) -> SamplingParams:
+    try:
+        return SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
+                              frequency_penalty=req.frequency_penalty, presence_penalty=req.presence_penalty)
+    except ValueError as exc:
+        raise APIError(400, str(exc)) from None
+
+
+def _seed(req: SamplingFields) -> int | None:
+    return None if req.seed is None else req.seed % (1 << 63)
+
+
+def completion_prompts(req: CompletionRequest, tokenizer: Any, vocab_size: int) -> list[list[int]]:
+    """The request's prompt(s) as token ids: a string, strings, ids or lists of ids (empty -> [<|endoftext|>])."""
+    raw = req.prompt
+    items: list[Any] = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else list(raw)
+    if not items:
+        raise APIError(400, "prompt is an empty list; send a string or a list of token ids", param="prompt")
+    prompts = []
+    for item in items:
+        ids = tokenizer.encode(item) if isinstance(item, str) else list(item)
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise APIError(400, f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab_size})",
+                           param="prompt")
+        if not ids:
+            eot = tokenizer.special_token_ids.get(EOT)
+            if eot is None:
+                raise APIError(400, "the prompt is empty; send at least one token of text", param="prompt")
+            ids = [eot]
+        prompts.append(ids)
+    return prompts
+
+
+def completion_job(req: CompletionRequest, tokenizer: Any, context: int, vocab_size: int) -> JobSpec:
+    prompts = completion_prompts(req, tokenizer, vocab_size)
+    budgets = [token_budget(len(p), req.max_tokens, COMPLETION_DEFAULT_MAX_TOKENS, context, "max_tokens")
+               for p in prompts]
+    eot = tokenizer.special_token_ids.get(EOT)
+    stop_ids = () if eot is None else (eot,)
+    return JobSpec(prompts, budgets, req.n, sampling_params_of(req), stop_ids, req.stop_strings(), _seed(req))
+
+
+def chat_job(req: ChatRequest, tokenizer: Any, context: int) -> JobSpec:
+    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in req.messages]
+    try:
+        ids, _ = render_chat(tokenizer, messages, add_generation_prompt=True)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="messages") from None
+    param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    budget = token_budget(len(ids), req.token_limit, None, context, param)
+    stop_ids = tuple(default_stop_ids(tokenizer))
+    return JobSpec([ids], [budget], req.n, sampling_params_of(req), stop_ids, req.stop_strings(), _seed(req))

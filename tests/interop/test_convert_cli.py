@@ -6,10 +6,19 @@ import pytest
 import torch
 from interop_helpers import build_hf, hf_logits, random_ids
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from scratchlm.checkpoint import load_model
+import scratchlm
+
+from scratchlm.checkpoint import load_model, save_model
 from scratchlm.cli.main import main
+from scratchlm.config import get_preset
+from scratchlm.interop import load_hf_tokenizer
+from scratchlm.model import TransformerLM
+from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, train_bpe
+from scratchlm.tokenizer import Tokenizer as ScratchTokenizer
+
+TEXT = "First Citizen:\nBefore we proceed any further, hear me speak. <|endoftext|> caf\u00e9 \U0001f600!"
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +43,8 @@ def test_convert_from_hf_then_back(hf_dir, tmp_path, capsys):
     with torch.no_grad():
         assert (load_model(ours_dir)(ids) - expected).abs().max().item() <= 1e-4
     assert (ours_dir / "tokenizer.json").read_bytes() == (hf_dir / "tokenizer.json").read_bytes()
+    hf_tok = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
+    assert ScratchTokenizer.load(ours_dir).encode(TEXT) == hf_tok.encode(TEXT).ids  # scratchlm's own files
 
     assert main(["convert", "--to-hf", str(ours_dir), "--out", str(back_dir), "--max-shard-size", "40KB"]) == 0
     assert (back_dir / "model.safetensors.index.json").exists()
@@ -58,3 +69,33 @@ def test_convert_errors_are_one_line(hf_dir, tmp_path, capsys):
     assert "source directory" in capsys.readouterr().err
     assert main(["convert", "--to-hf", str(hf_dir), "--out", str(tmp_path / "o")]) == 2
     assert "Hugging Face config" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def bpe_tok(shared_data, tmp_path_factory) -> ScratchTokenizer:
+    corpus = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    corpus.write_text((shared_data / "tinyshakespeare.txt").read_text()[:40_000])
+    return ScratchTokenizer(*train_bpe(corpus, 320, DEFAULT_SPECIAL_TOKENS), DEFAULT_SPECIAL_TOKENS)
+
+
+def test_convert_to_hf_writes_scratchlm_tokenizer_as_tokenizer_json(bpe_tok, tmp_path):
+    """A scratchlm checkpoint dir (model + trained BPE) -> HF dir that AutoTokenizer reads with equal ids."""
+    tok = bpe_tok
+    model = TransformerLM(get_preset("llama-tiny", vocab_size=tok.vocab_size, n_layers=1))
+    save_model(model, tmp_path / "ckpt")
+    tok.save(tmp_path / "ckpt")
+    assert main(["convert", "--to-hf", str(tmp_path / "ckpt"), "--out", str(tmp_path / "hf")]) == 0
+    hf_tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert hf_tok(TEXT)["input_ids"] == tok.encode(TEXT)
+    assert hf_tok.decode(tok.encode(TEXT)) == TEXT
+
+
+def test_save_pretrained_with_tokenizer_round_trips(bpe_tok, tmp_path):
+    model = TransformerLM(get_preset("gpt2-tiny", vocab_size=bpe_tok.vocab_size, n_layers=1))
+    eos = bpe_tok.special_token_ids["<|endoftext|>"]
+    directory = scratchlm.save_pretrained(model, tmp_path, tokenizer=bpe_tok, eos_token_id=eos)
+    back = load_hf_tokenizer(directory)
+    assert back.vocab == bpe_tok.vocab and back.merges == bpe_tok.merges
+    assert back.special_token_ids == bpe_tok.special_token_ids
+    assert AutoTokenizer.from_pretrained(directory)(TEXT)["input_ids"] == bpe_tok.encode(TEXT)
+    assert AutoConfig.from_pretrained(directory).eos_token_id == eos

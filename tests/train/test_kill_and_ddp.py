@@ -1,0 +1,95 @@
+"""Subprocess runs: SIGKILL mid-run then --resume is exact; DDP on 2 CPU processes equals 1 process."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from scratchlm.train.loop import train
+from tests.train.conftest import tiny_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "src"))
+    return env
+
+
+def _cli(config_path: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "scratchlm.cli.main", "train", "--config", str(config_path), *extra]
+
+
+def _records(run_dir: Path) -> dict[int, dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r for r in map(json.loads, lines) if "loss" in r}
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run_dir / "checkpoint" / "model.safetensors"))
+
+
+def _checkpoint_step(run_dir: Path) -> int:
+    for name in ("checkpoint", ".checkpoint.old"):
+        path = run_dir / name / "trainer_state.json"
+        try:
+            return json.loads(path.read_text())["trainer"]["step"]
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            continue
+    return 0
+
+
+def test_sigkill_mid_run_then_resume_is_exact(tmp_path, tokens):
+    cfg = tiny_config(tmp_path, max_steps=100_000, ckpt_interval=3, eval_interval=10_000, num_threads=1)
+    config_path = tmp_path / "cfg.json"
+    config_path.write_text(json.dumps(cfg.to_dict()))
+    victim = subprocess.Popen(_cli(config_path), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while _checkpoint_step(tmp_path / "run") < 9 and victim.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert victim.returncode == -signal.SIGKILL, victim.stderr.read().decode()[-2000:]
+    k = _checkpoint_step(tmp_path / "run")
+    assert k >= 9 and k % 3 == 0
+    stop = k + 4
+    ref = subprocess.Popen(_cli(config_path, f"--out_dir={tmp_path / 'ref'}", f"--stop_at_step={stop}"), env=_env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    resumed = subprocess.run(_cli(config_path, "--resume", f"--stop_at_step={stop}"), env=_env(),
+                             capture_output=True, text=True)
+    assert ref.wait() == 0, ref.stderr.read().decode()[-2000:]
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    got, want = _records(tmp_path / "run"), _records(tmp_path / "ref")
+    assert sorted(got) == list(range(1, stop + 1))
+    assert [got[s]["loss"] for s in got] == [want[s]["loss"] for s in got]  # bit-identical floats
+    a, b = _weights(tmp_path / "run"), _weights(tmp_path / "ref")
+    assert all(torch.equal(a[n], b[n]) for n in a)
+
+
+def test_ddp_two_processes_equal_one_process_on_the_full_batch(tmp_path, tokens):
+    common = dict(max_steps=4, warmup_steps=1, batch_size=2, eval_interval=4, ckpt_interval=4, num_threads=1)
+    ddp = tiny_config(tmp_path, out_dir=str(tmp_path / "ddp"), **common)
+    config_path = tmp_path / "ddp.json"
+    config_path.write_text(json.dumps(ddp.to_dict()))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "scratchlm.cli.main", "train", "--config", str(config_path)]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # one process, 2 micro-batches of 2 = the same 4 windows per step (see train/data_source.py)
+    single = train(tiny_config(tmp_path, out_dir=str(tmp_path / "single"), grad_accum=2, **common))
+    got, want = _records(tmp_path / "ddp"), _records(tmp_path / "single")
+    assert sorted(got) == sorted(want) == [1, 2, 3, 4]
+    for s in got:
+        assert abs(got[s]["loss"] - want[s]["loss"]) <= 1e-5 * want[s]["loss"], s
+        assert abs(got[s]["grad_norm"] - want[s]["grad_norm"]) <= 1e-4 * want[s]["grad_norm"], s
+    assert got[4]["tokens"] == want[4]["tokens"] == 4 * 4 * 16
+    a, b = _weights(tmp_path / "ddp"), _weights(tmp_path / "single")
+    for n in a:
+        torch.testing.assert_close(a[n], b[n], rtol=1e-4, atol=1e-5, msg=n)
+    assert single.val_loss is not None

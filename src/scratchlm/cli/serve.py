@@ -9,6 +9,12 @@ def run_serve(args: argparse.Namespace) -> int:
     from scratchlm.serve.launch import run_server  # fastapi/uvicorn are imported only for this command
 
     limits = {} if args.max_body_bytes is None else {"max_body_bytes": args.max_body_bytes}
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads {args.threads} must be >= 1")
+        import torch
+
+        torch.set_num_threads(args.threads)
     run_server(args.checkpoint, args.host, args.port, args.api_key, args.model_name, args.max_batch, **limits)
     return 0
 
@@ -28,4 +34,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batch", type=int, default=32, help="most sequences decoded together (default 32)")
     p.add_argument("--max-body-bytes", type=int, default=None,
                    help="largest request body accepted (default 1 MiB; 413 beyond)")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.set_defaults(func=run_serve)

@@ -1,0 +1,103 @@
+"""Serve test fixtures: a tiny checkpoint built once, and the real server started on a free loopback port.
+
+The server runs as `python -m scratchlm.cli.main serve --checkpoint DIR --port 0 --api-key KEY` in a
+subprocess (exactly what a user runs); the URL is read from the line it prints on start.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tiny_checkpoint import build_tiny_checkpoint  # noqa: E402
+
+API_KEY = "test-key-123"
+MODEL = "tiny"
+MAX_BODY = 16384
+
+
+@dataclass
+class LiveServer:
+    url: str  # http://127.0.0.1:PORT
+    checkpoint: Path
+    process: subprocess.Popen
+
+    @property
+    def api(self) -> str:
+        return self.url + "/v1"
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {API_KEY}"}
+
+    def health(self) -> dict:
+        r = httpx.get(self.url + "/health", timeout=10)
+        r.raise_for_status()
+        return r.json()
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """The test process and the server share 2 cores: one intra-op thread each avoids OpenMP spinning
+    against each other (measured 30x slower tiny-model steps when oversubscribed)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("serve") / MODEL, shared_data / "tinyshakespeare.txt")
+
+
+def _wait_for_url(process: subprocess.Popen, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    assert process.stdout is not None
+    line = process.stdout.readline()  # blocks until the server prints its address (or exits)
+    if "serving" not in line:
+        process.kill()
+        raise RuntimeError(f"server did not start (printed {line!r}); see server.log beside the checkpoint")
+    url = line.split(" on ", 1)[1].split()[0]
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return url
+        except httpx.TransportError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"server at {url} did not answer /health within {timeout}s")
+
+
+@pytest.fixture(scope="session")
+def server(tiny_checkpoint: Path) -> LiveServer:
+    cmd = [sys.executable, "-m", "scratchlm.cli.main", "serve", "--checkpoint", str(tiny_checkpoint), "--port", "0",
+           "--api-key", API_KEY, "--max-body-bytes", str(MAX_BODY), "--threads", "1"]
+    log = open(tiny_checkpoint.parent / "server.log", "w")  # stderr to a file: a full pipe would block the server
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        yield LiveServer(_wait_for_url(process, 120), tiny_checkpoint, process)
+    finally:
+        log.close()
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture(scope="session")
+def reference(tiny_checkpoint: Path):
+    """The same model and tokenizer loaded in-process, for reference outputs from the generation engine."""
+    from scratchlm.checkpoint import load_model
+    from scratchlm.tokenizer import Tokenizer
+
+    return load_model(tiny_checkpoint).eval(), Tokenizer.load(tiny_checkpoint)

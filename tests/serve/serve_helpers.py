@@ -1,0 +1,35 @@
+"""Reference outputs for the serve tests, computed in-process by the generation engine
+(`scratchlm.generate.streaming.stream_generate`, itself tested against full-forward decoding)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+
+from scratchlm.generate.streaming import stream_generate
+from scratchlm.tokenizer import render_chat
+
+from conftest import API_KEY
+
+
+def client(server: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.api, api_key=API_KEY, max_retries=0, timeout=60)
+
+
+def async_client(server: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=server.api, api_key=API_KEY, max_retries=0, timeout=120)
+
+
+def ref_completion(reference: tuple, prompt: str, max_tokens: int, **sampling: Any) -> str:
+    """The engine's reply to a plain-text prompt, stopping at <|endoftext|> like /v1/completions."""
+    model, tok = reference
+    eot = tok.special_token_ids["<|endoftext|>"]
+    return "".join(stream_generate(model, tok, tok.encode(prompt), max_tokens, stop_token_ids=[eot], **sampling))
+
+
+def ref_chat(reference: tuple, messages: list[dict], max_tokens: int, **sampling: Any) -> str:
+    """The engine's reply to a ChatML conversation, stopping at <|im_end|> / <|endoftext|>."""
+    model, tok = reference
+    ids, _ = render_chat(tok, messages, add_generation_prompt=True)
+    return "".join(stream_generate(model, tok, ids, max_tokens, **sampling))

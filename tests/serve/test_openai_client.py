@@ -1,0 +1,114 @@
+"""The official `openai` client against the real server: completions and chat, streamed and not.
+
+Every reply is compared with the generation engine run in-process on the same checkpoint
+(exact text equality: greedy, or sampled with the same seed)."""
+
+from __future__ import annotations
+
+import torch
+
+from scratchlm.generate.sampling import apply_frequency_presence_penalty
+
+from conftest import MODEL
+from serve_helpers import client, ref_chat, ref_completion
+
+PROMPT = "ROMEO:\nBut soft, what light"
+CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Who is there?"}]
+
+
+def test_models_list(server):
+    models = client(server).models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+
+def test_completion_greedy_matches_engine(server, reference):
+    out = client(server).completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0)
+    expected = ref_completion(reference, PROMPT, 24)
+    assert out.choices[0].text == expected
+    _, tok = reference
+    assert out.usage.prompt_tokens == len(tok.encode(PROMPT))
+    assert out.usage.completion_tokens == 24
+    assert out.usage.total_tokens == out.usage.prompt_tokens + 24
+    assert out.choices[0].finish_reason == "length"
+
+
+def test_completion_streamed_equals_non_streamed(server):
+    c = client(server)
+    whole = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0, seed=3)
+    chunks = list(c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0, seed=3,
+                                       stream=True, stream_options={"include_usage": True}))
+    text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+    assert text == whole.choices[0].text
+    reasons = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert reasons == [whole.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert len([ch for ch in chunks if ch.choices and ch.choices[0].text]) > 1  # it really streamed
+
+
+def test_chat_greedy_matches_engine_streamed_and_not(server, reference):
+    c = client(server)
+    whole = c.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=20, temperature=0)
+    stream = c.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=20, temperature=0, stream=True)
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks)
+    expected = ref_chat(reference, CHAT, 20)
+    assert whole.choices[0].message.content == expected
+    assert text == expected
+    assert whole.choices[0].message.role == "assistant"
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+
+
+def test_chat_sampled_with_seed_matches_engine(server, reference):
+    kw = dict(max_tokens=25, temperature=0.9, top_p=0.9, seed=11)
+    c = client(server)
+    whole = c.chat.completions.create(model=MODEL, messages=CHAT, **kw)
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in
+                       c.chat.completions.create(model=MODEL, messages=CHAT, stream=True, **kw))
+    expected = ref_chat(reference, CHAT, 25, temperature=0.9, top_p=0.9, seed=11)
+    assert whole.choices[0].message.content == expected == streamed
+
+
+def test_n_choices_use_seed_plus_index(server, reference):
+    out = client(server).completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=1.0, n=3,
+                                            seed=100)
+    assert [ch.index for ch in out.choices] == [0, 1, 2]
+    texts = [ch.text for ch in out.choices]
+    assert texts == [ref_completion(reference, PROMPT, 12, temperature=1.0, seed=100 + j) for j in range(3)]
+    assert out.usage.completion_tokens == 36
+
+
+def test_stop_string_cuts_text(server, reference):
+    full = ref_completion(reference, PROMPT, 40)
+    stop = full[10:13]
+    cut = full[: full.index(stop)]
+    c = client(server)
+    out = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0, stop=[stop])
+    assert out.choices[0].text == cut and out.choices[0].finish_reason == "stop"
+    streamed = "".join(ch.choices[0].text for ch in
+                       c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0, stop=stop,
+                                            stream=True))
+    assert streamed == cut
+
+
+def test_penalties_match_reference_loop(server, reference):
+    """Greedy with OpenAI penalties on the tokens generated so far, vs a full-forward reference loop."""
+    model, tok = reference
+    ids = tok.encode(PROMPT)
+    counts = torch.zeros(1, model.config.vocab_size)
+    new: list[int] = []
+    with torch.no_grad():
+        for _ in range(20):
+            logits = model(torch.tensor([ids + new]))[:, -1]
+            nxt = int(apply_frequency_presence_penalty(logits, counts, 0.7, 1.2).argmax())
+            new.append(nxt)
+            counts[0, nxt] += 1
+    out = client(server).completions.create(model=MODEL, prompt=ids, max_tokens=20, temperature=0,
+                                            frequency_penalty=0.7, presence_penalty=1.2)
+    assert out.choices[0].text == tok.decode(new)
+    plain = client(server).completions.create(model=MODEL, prompt=ids, max_tokens=20, temperature=0)
+    assert plain.choices[0].text != out.choices[0].text  # the penalties changed something
+
+
+def test_default_binding_is_loopback(server):
+    assert server.url.startswith("http://127.0.0.1:")

@@ -9,8 +9,6 @@ from safetensors.torch import load_file
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
-from scratchlm.model import TransformerLM
-
 V, CTX = 96, 80
 _RMS = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
             max_position_embeddings=CTX, bos_token_id=None, eos_token_id=None, pad_token_id=None)
@@ -62,16 +60,6 @@ def random_ids(batch: int = 3, length: int = 24, seed: int = 1) -> torch.Tensor:
 @torch.no_grad()
 def hf_logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
     return model(ids).logits.float()
-
-
-@torch.no_grad()
-def greedy(model: TransformerLM, ids: torch.Tensor, n: int) -> torch.Tensor:
-    """Greedy decoding with our model's full forward at every step (the plain reference loop)."""
-    out = ids
-    for _ in range(n):
-        next_id = model(out)[:, -1].argmax(-1, keepdim=True)  # (B, 1)
-        out = torch.cat((out, next_id), dim=1)
-    return out
 
 
 @torch.no_grad()

@@ -16,6 +16,8 @@ COMMANDS: tuple[str, ...] = (
     "scratchlm.cli.train",
     "scratchlm.cli.tokenizer_cmd",
     "scratchlm.cli.serve",
+    "scratchlm.cli.generate",
+    "scratchlm.cli.chat",
 )
 
 

@@ -44,12 +44,14 @@ class StopChecker:
 
     def push(self, row: int, token: int) -> None:
         """Record row's next token and update its state; the text of a stop token id is not added."""
+        dec = None if self.decoders is None else self.decoders[row]
         if token in self.stop_ids:
             self.done[row], self.reasons[row] = True, "stop"
+            if dec is not None:
+                dec.flush()  # a partial character before the stop token becomes U+FFFD, as in decode()
             return
-        if self.decoders is None:
+        if dec is None:
             return
-        dec = self.decoders[row]
         delta = dec.push(token)
         if not self.stop_strings or not delta:
             return
@@ -60,10 +62,11 @@ class StopChecker:
             self.done[row], self.reasons[row] = True, "stop"
 
     def finish(self, row: int) -> None:
-        """Row ended by length: flush a dangling partial character."""
-        if not self.done[row]:
-            self.reasons[row] = "length"
-        if self.decoders is not None and self.reasons[row] == "length":
+        """End of generation for `row`; if it had not stopped, it ended by length (flush its text)."""
+        if self.done[row]:
+            return
+        self.done[row], self.reasons[row] = True, "length"
+        if self.decoders is not None:
             self.decoders[row].flush()
 
     def stable_len(self, row: int) -> int:

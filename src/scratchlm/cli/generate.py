@@ -1,0 +1,94 @@
+"""`scratchlm generate`: continue a text prompt with a trained checkpoint, streaming the reply.
+
+    scratchlm generate --checkpoint runs/tiny --prompt "Once upon a time" --max-new-tokens 100 \
+        --temperature 0.8 --top-p 0.95 --seed 0
+The checkpoint directory holds config.json + model.safetensors + the tokenizer files. Sampling flags
+map one-to-one onto scratchlm.generate.SamplingParams; the shared flag helpers live here (chat uses them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import torch
+
+from scratchlm.checkpoint import load_model
+from scratchlm.generate.sampling import SamplingParams
+from scratchlm.generate.streaming import stream_generate
+from scratchlm.model import TransformerLM
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="model dir (config.json, model.safetensors, tokenizer)")
+    p.add_argument("--tokenizer", metavar="DIR", help="tokenizer dir (default: the checkpoint dir)")
+    p.add_argument("--attn", choices=["reference", "sdpa"], default="sdpa", help="attention implementation")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights/activations dtype")
+    p.add_argument("--compile", action="store_true", help="torch.compile the decode step (see benchmarks/RESULTS.md)")
+
+
+def add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
+    """Flags for SamplingParams, max_new_tokens, seed and stop strings."""
+    d = SamplingParams()
+    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=d.top_k, help="0 = off")
+    p.add_argument("--top-p", type=float, default=d.top_p, help="1 = off")
+    p.add_argument("--min-p", type=float, default=d.min_p, help="0 = off")
+    p.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty, help="1 = off (HF formula)")
+    p.add_argument("--frequency-penalty", type=float, default=d.frequency_penalty, help="0 = off (OpenAI formula)")
+    p.add_argument("--presence-penalty", type=float, default=d.presence_penalty, help="0 = off (OpenAI formula)")
+    p.add_argument("--seed", type=int, default=None, help="seed the sampler for reproducible output")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)")
+
+
+def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """SamplingParams fields + seed + stop strings from parsed flags (validated by SamplingParams)."""
+    fields = {f: getattr(args, f) for f in SamplingParams.__dataclass_fields__}
+    SamplingParams(**fields)
+    return {**fields, "seed": args.seed, "stop_strings": args.stop, "compile_decode": args.compile}
+
+
+def load_for_generation(args: argparse.Namespace) -> tuple[TransformerLM, Any]:
+    """(model in eval mode, tokenizer) from --checkpoint / --tokenizer / --attn / --dtype."""
+    from scratchlm.tokenizer import Tokenizer
+
+    model = load_model(args.checkpoint, attn_impl=args.attn).eval().to(DTYPES[args.dtype])
+    tokenizer = Tokenizer.load(args.tokenizer or args.checkpoint)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ValueError(
+            f"tokenizer vocab_size {tokenizer.vocab_size} > model vocab_size {model.config.vocab_size}; "
+            "pass the tokenizer the model was trained with (--tokenizer DIR)"
+        )
+    return model, tokenizer
+
+
+def write_stream(deltas) -> str:
+    """Print text deltas as they come (flushed); return the whole text."""
+    parts = []
+    for delta in deltas:
+        sys.stdout.write(delta)
+        sys.stdout.flush()
+        parts.append(delta)
+    return "".join(parts)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    model, tokenizer = load_for_generation(args)
+    prompt = tokenizer.encode(args.prompt)
+    if not prompt:
+        raise ValueError("--prompt encodes to no tokens; give some text")
+    write_stream(stream_generate(model, tokenizer, prompt, args.max_new_tokens, **sampling_kwargs(args)))
+    sys.stdout.write("\n")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="continue a prompt with a checkpoint (streams the text)")
+    add_model_args(p)
+    p.add_argument("--prompt", required=True, help="text to continue")
+    add_sampling_args(p, max_new_tokens=128)
+    p.set_defaults(func=run_generate)

@@ -38,13 +38,13 @@ class JobSpec:
         return sum(len(p) for p in self.prompts)
 
 
-def token_budget(prompt_len: int, requested: int | None, default: int | None, context: int, param: str) -> int:
+def token_budget(prompt_len: int, requested: int | None, default: int | None, context: int, param: str,
+                 prompt_param: str) -> int:
     """max_tokens for a prompt of prompt_len tokens, or a 400 when it cannot fit the context."""
     if prompt_len > context - 1:
         raise APIError(400, f"the prompt has {prompt_len} tokens but this model's context is {context} tokens and "
                        f"at least 1 must remain for the completion; shorten the prompt to at most {context - 1} "
-                       "tokens", param="messages" if param == "max_completion_tokens" else "prompt",
-                       code="context_length_exceeded")
+                       "tokens", param=prompt_param, code="context_length_exceeded")
     room = context - prompt_len
     if requested is None:
         return room if default is None else min(default, room)
@@ -91,7 +91,8 @@ def completion_prompts(req: CompletionRequest, tokenizer: Any, vocab_size: int) 
 
 def completion_job(req: CompletionRequest, tokenizer: Any, context: int, vocab_size: int) -> JobSpec:
     prompts = completion_prompts(req, tokenizer, vocab_size)
-    budgets = [token_budget(len(p), req.max_tokens, COMPLETION_DEFAULT_MAX_TOKENS, context, "max_tokens")
+    budgets = [token_budget(len(p), req.max_tokens, COMPLETION_DEFAULT_MAX_TOKENS, context, "max_tokens",
+                            "prompt")
                for p in prompts]
     eot = tokenizer.special_token_ids.get(EOT)
     stop_ids = () if eot is None else (eot,)
@@ -105,6 +106,6 @@ def chat_job(req: ChatRequest, tokenizer: Any, context: int) -> JobSpec:
     except ValueError as exc:
         raise APIError(400, str(exc), param="messages") from None
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-    budget = token_budget(len(ids), req.token_limit, None, context, param)
+    budget = token_budget(len(ids), req.token_limit, None, context, param, "messages")
     stop_ids = tuple(default_stop_ids(tokenizer))
     return JobSpec([ids], [budget], req.n, sampling_params_of(req), stop_ids, req.stop_strings(), _seed(req))

@@ -1,0 +1,163 @@
+"""Bad input catalogue: each case answers 4xx with OpenAI's error JSON, and the server keeps serving.
+
+After every case a valid request must still succeed (the `still_serving` fixture)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import openai
+import pytest
+
+from conftest import API_KEY, MAX_BODY, MODEL
+from serve_helpers import client
+from tiny_checkpoint import CONTEXT
+
+GOOD_CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+GOOD_COMPLETION = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+LONG_TEXT = "the king " * CONTEXT  # far more than CONTEXT tokens
+
+# (case id, path, JSON body, expected status, expected error param or None, expected error code or None)
+CASES = [
+    ("unknown-model", "/completions", {**GOOD_COMPLETION, "model": "gpt-9"}, 404, "model", "model_not_found"),
+    ("missing-model", "/completions", {"prompt": "hi"}, 400, "model", None),
+    ("missing-messages", "/chat/completions", {"model": MODEL}, 400, "messages", None),
+    ("empty-messages", "/chat/completions", {**GOOD_CHAT, "messages": []}, 400, "messages", None),
+    ("bad-role", "/chat/completions", {**GOOD_CHAT, "messages": [{"role": "wizard", "content": "x"}]}, 400,
+     "messages.0.role", None),
+    ("content-not-text", "/chat/completions", {**GOOD_CHAT, "messages": [{"role": "user", "content": 5}]}, 400,
+     None, None),
+    ("max-tokens-string", "/completions", {**GOOD_COMPLETION, "max_tokens": "10"}, 400, "max_tokens", None),
+    ("max-tokens-float", "/completions", {**GOOD_COMPLETION, "max_tokens": 2.5}, 400, "max_tokens", None),
+    ("temperature-string", "/chat/completions", {**GOOD_CHAT, "temperature": "hot"}, 400, "temperature", None),
+    ("stream-not-bool", "/completions", {**GOOD_COMPLETION, "stream": "yes"}, 400, "stream", None),
+    ("prompt-wrong-type", "/completions", {**GOOD_COMPLETION, "prompt": {"text": "hi"}}, 400, None, None),
+    ("max-tokens-zero", "/completions", {**GOOD_COMPLETION, "max_tokens": 0}, 400, "max_tokens", None),
+    ("max-tokens-negative", "/chat/completions", {**GOOD_CHAT, "max_tokens": -5}, 400, "max_tokens", None),
+    ("max-tokens-beyond-context", "/completions", {**GOOD_COMPLETION, "max_tokens": CONTEXT + 1}, 400,
+     "max_tokens", "context_length_exceeded"),
+    ("chat-max-tokens-beyond-context", "/chat/completions", {**GOOD_CHAT, "max_tokens": CONTEXT}, 400,
+     "max_tokens", "context_length_exceeded"),
+    ("prompt-longer-than-context", "/completions", {**GOOD_COMPLETION, "prompt": LONG_TEXT}, 400, "prompt",
+     "context_length_exceeded"),
+    ("messages-longer-than-context", "/chat/completions",
+     {**GOOD_CHAT, "messages": [{"role": "user", "content": LONG_TEXT}], "max_tokens": None}, 400, "messages",
+     "context_length_exceeded"),
+    ("token-id-outside-vocab", "/completions", {**GOOD_COMPLETION, "prompt": [1, 2, 10**6]}, 400, "prompt", None),
+    ("temperature-too-high", "/completions", {**GOOD_COMPLETION, "temperature": 2.5}, 400, "temperature", None),
+    ("top-p-zero", "/completions", {**GOOD_COMPLETION, "top_p": 0}, 400, "top_p", None),
+    ("n-zero", "/completions", {**GOOD_COMPLETION, "n": 0}, 400, "n", None),
+    ("n-too-large", "/completions", {**GOOD_COMPLETION, "n": 1000}, 400, "n", None),
+    ("penalty-out-of-range", "/chat/completions", {**GOOD_CHAT, "presence_penalty": 3}, 400, "presence_penalty",
+     None),
+    ("too-many-stops", "/completions", {**GOOD_COMPLETION, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop", None),
+    ("empty-stop", "/completions", {**GOOD_COMPLETION, "stop": ""}, 400, "stop", None),
+    ("logprobs-unsupported", "/completions", {**GOOD_COMPLETION, "logprobs": 3}, 400, "logprobs", None),
+    ("body-not-object", "/completions", [1, 2, 3], 400, None, None),
+]
+
+
+def post(server, path: str, content: bytes | str, headers: dict | None = None) -> httpx.Response:
+    h = {"Content-Type": "application/json", **server.headers(), **(headers or {})}
+    return httpx.post(server.api + path, content=content, headers=h, timeout=30)
+
+
+def assert_openai_error(r: httpx.Response, status: int) -> dict:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and isinstance(err["message"], str) and err["message"]
+    return err
+
+
+@pytest.fixture(autouse=True)
+def still_serving(server):
+    yield
+    r = httpx.post(server.api + "/chat/completions", json=GOOD_CHAT, headers=server.headers(), timeout=30)
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+@pytest.mark.parametrize("path,body,status,param,code", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_request(server, path, body, status, param, code):
+    err = assert_openai_error(post(server, path, json.dumps(body)), status)
+    if param is not None:
+        assert err["param"] == param
+    assert err["code"] == code
+
+
+def test_prompt_too_long_names_the_limit(server):
+    err = assert_openai_error(post(server, "/completions", json.dumps({**GOOD_COMPLETION, "prompt": LONG_TEXT})), 400)
+    assert str(CONTEXT) in err["message"] and "shorten" in err["message"]
+
+
+@pytest.mark.parametrize("raw", ["{bad json", "", "\xff\xfe", '{"model": "tiny",'], ids=["garbage", "empty", "binary",
+                                                                                         "truncated"])
+def test_malformed_json(server, raw):
+    err = assert_openai_error(post(server, "/completions", raw.encode("latin-1")), 400)
+    assert "JSON" in err["message"]
+
+
+def test_oversize_body_with_length(server):
+    body = json.dumps({**GOOD_COMPLETION, "prompt": "x" * (MAX_BODY + 10)})
+    err = assert_openai_error(post(server, "/completions", body), 413)
+    assert str(MAX_BODY) in err["message"]
+
+
+def test_oversize_body_chunked(server):
+    def chunks():
+        yield b'{"model": "tiny", "prompt": "'
+        for _ in range(MAX_BODY // 1000 + 2):
+            yield b"x" * 1000
+        yield b'"}'
+
+    r = httpx.post(server.api + "/completions", content=chunks(), headers=server.headers(), timeout=30)
+    assert_openai_error(r, 413)
+
+
+def test_missing_api_key(server):
+    r = httpx.post(server.api + "/completions", json=GOOD_COMPLETION, timeout=30)
+    assert assert_openai_error(r, 401)["code"] == "invalid_api_key"
+
+
+def test_wrong_api_key(server):
+    r = httpx.get(server.api + "/models", headers={"Authorization": "Bearer nope"}, timeout=30)
+    assert assert_openai_error(r, 401)["code"] == "invalid_api_key"
+
+
+def test_openai_client_sees_typed_errors(server):
+    bad_key = openai.OpenAI(base_url=server.api, api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad_key.models.list()
+    with pytest.raises(openai.NotFoundError) as exc:
+        client(server).completions.create(model="nope", prompt="hi", max_tokens=2)
+    assert exc.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as exc:
+        client(server).completions.create(model=MODEL, prompt="hi", max_tokens=CONTEXT + 5)
+    assert exc.value.code == "context_length_exceeded"
+
+
+def test_unknown_route_and_method(server):
+    assert_openai_error(httpx.get(server.api + "/engines", timeout=30), 404)
+    assert_openai_error(httpx.get(server.api + "/completions", timeout=30), 405)
+
+
+def test_client_disconnect_mid_stream_frees_slots(server):
+    before = server.health()
+    body = {**GOOD_COMPLETION, "max_tokens": CONTEXT - 8, "n": 8, "temperature": 1.0, "seed": 1, "stream": True}
+    with httpx.Client(timeout=30) as http:
+        with http.stream("POST", server.api + "/completions", json=body, headers=server.headers()) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            got = [next(lines) for _ in range(4)]
+            assert got[0].startswith("data: {")
+    # the connection is closed: every choice must leave the batch, cancelled (not run to the end)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        now = server.health()
+        if now["active"] == 0 and now["cancelled"] + now["completed"] == before["cancelled"] + before["completed"] + 8:
+            break
+        time.sleep(0.05)
+    assert now["active"] == 0 and now["waiting"] == 0
+    assert now["cancelled"] - before["cancelled"] >= 1
+    assert now["cancelled"] + now["completed"] == before["cancelled"] + before["completed"] + 8

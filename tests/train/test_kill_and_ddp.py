@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -72,9 +73,11 @@ def test_sigkill_mid_run_then_resume_is_exact(tmp_path, tokens):
     assert all(torch.equal(a[n], b[n]) for n in a)
 
 
-def test_ddp_two_processes_equal_one_process_on_the_full_batch(tmp_path, tokens):
+@pytest.mark.parametrize("fsdp", [False, True])
+def test_two_processes_equal_one_process_on_the_full_batch(tmp_path, tokens, fsdp):
+    """DDP (and FSDP2 fully_shard on gloo) on 2 CPU ranks x batch 2 vs 1 process x 2 micro-batches of 2."""
     common = dict(max_steps=4, warmup_steps=1, batch_size=2, eval_interval=4, ckpt_interval=4, num_threads=1)
-    ddp = tiny_config(tmp_path, out_dir=str(tmp_path / "ddp"), **common)
+    ddp = tiny_config(tmp_path, out_dir=str(tmp_path / "ddp"), fsdp=fsdp, **common)
     config_path = tmp_path / "ddp.json"
     config_path.write_text(json.dumps(ddp.to_dict()))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

@@ -2,7 +2,8 @@
 
 OUT/checkpoint/ holds
     config.json, model.safetensors        scratchlm.checkpoint.save_model (loadable with load_model)
-    trainer_state.safetensors             optimizer moments + RNG states (tensors; never pickle)
+    trainer_state.safetensors             optimizer moments + RNG states (tensors; never pickle);
+                                          FSDP runs save no optimizer moments (they are sharded)
     trainer_state.json                    step, tokens seen, data position, optimizer hyperparameters,
                                           python/numpy RNG, the TrainConfig (everything that is not a tensor)
     tokenizer files                       copied from TrainConfig.tokenizer_dir, when given
@@ -81,7 +82,7 @@ def _rng_split() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 
 
 def _write_state(tmp: Path, optimizer, state: TrainerState, train_config: dict[str, Any]) -> None:
-    opt_tensors, opt_meta = _optimizer_split(optimizer)
+    opt_tensors, opt_meta = _optimizer_split(optimizer) if optimizer is not None else ({}, None)
     rng_tensors, rng_meta = _rng_split()
     blob = save({**opt_tensors, **rng_tensors}, metadata={"format": FORMAT})
     with atomic_write(tmp / STATE_TENSORS) as f:
@@ -92,7 +93,7 @@ def _write_state(tmp: Path, optimizer, state: TrainerState, train_config: dict[s
 
 
 def save_checkpoint(
-    out_dir: str | Path, model: TransformerLM, optimizer: torch.optim.Optimizer, state: TrainerState,
+    out_dir: str | Path, model: TransformerLM, optimizer: torch.optim.Optimizer | None, state: TrainerState,
     train_config: dict[str, Any], tokenizer_dir: str | Path | None = None,
 ) -> Path:
     """Write the whole checkpoint into a temp dir, then swap it in (see module docstring)."""
@@ -139,7 +140,10 @@ def _check_same_model(ckpt: Path, model: TransformerLM) -> None:
         )
 
 
-def _restore_optimizer(optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any], ckpt: Path) -> None:
+def _restore_optimizer(optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any] | None, ckpt: Path) -> None:
+    if meta is None:
+        raise ValueError(f"cannot resume from {ckpt}: it holds no optimizer state (written by an FSDP run, whose "
+                         "sharded moments are not saved); start a new run from its weights instead")
     saved_names = [g.get("names") for g in meta["param_groups"]]
     now_names = [g.get("names") for g in optimizer.param_groups]
     if saved_names != now_names:

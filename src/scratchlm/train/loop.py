@@ -74,11 +74,11 @@ class Trainer:
         self.out = Path(cfg.out_dir)
         self.data = DataSource(cfg.train_data, cfg.val_data, cfg.val_fraction, cfg.seq_len, cfg.sampler, cfg.seed)
         self.raw_model = build_model(cfg, self.data.vocab_size).to(self.info.device)
+        self.model = D.wrap_model(self.raw_model, self.info, cfg.fsdp)  # FSDP swaps in sharded parameters
         self.optimizer = build_optimizer(self.raw_model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
                                          cfg.optimizer_impl)
         self.metrics = MetricsLog(self.out / "metrics.jsonl", enabled=self.info.is_main)
         self.state = self._start_or_resume(resume)
-        self.model = D.wrap_model(self.raw_model, self.info, cfg.fsdp)
         if cfg.compile:
             self.model = torch.compile(self.model)
         self.tokens_per_step = self.info.world_size * cfg.grad_accum * cfg.batch_size * cfg.seq_len
@@ -165,25 +165,26 @@ class Trainer:
         sums = D.all_reduce_mean(sums, self.info)
         return float(sums[0] / sums[1])
 
-    def save(self) -> Path | None:
+    def save(self) -> Path:
+        """Checkpoint on rank 0 (FSDP: every rank takes part in gathering the full weights)."""
         self.state.data_position = self.data.position()
-        path = None
+        model = self._full_model()
         if self.info.is_main:
-            model = self._full_model()
-            path = save_checkpoint(self.out, model, self.optimizer, self.state, self.cfg.to_dict(),
-                                   self.cfg.tokenizer_dir or None)
-        elif self.cfg.fsdp:
-            self._full_model()
+            optimizer = None if self.cfg.fsdp else self.optimizer  # FSDP moments are sharded: not saved
+            save_checkpoint(self.out, model, optimizer, self.state, self.cfg.to_dict(),
+                            self.cfg.tokenizer_dir or None)
         D.barrier(self.info)
-        return path or (self.out / "checkpoint")
+        return self.out / "checkpoint"
 
-    def _full_model(self) -> TransformerLM:
-        """The unsharded model (FSDP: gathered to a CPU copy on every rank; otherwise the model itself)."""
+    def _full_model(self) -> TransformerLM | None:
+        """The unsharded model: itself, or under FSDP a CPU copy gathered on rank 0 (None elsewhere)."""
         if not self.cfg.fsdp or not self.info.enabled:
             return self.raw_model
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if not self.info.is_main:
+            return None
         copy = TransformerLM(self.raw_model.config)
         copy.load_state_dict(full)
         return copy

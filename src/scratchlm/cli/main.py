@@ -18,6 +18,7 @@ COMMANDS: tuple[str, ...] = (
     "scratchlm.cli.serve",
     "scratchlm.cli.generate",
     "scratchlm.cli.chat",
+    "scratchlm.cli.viz",
 )
 
 

@@ -85,3 +85,13 @@ def test_scratchlm_to_hf_to_scratchlm_is_exact(family, tmp_path):
     ids = random_ids(seed=4)
     with torch.no_grad():
         assert (ours(ids) - hf_logits(hf, ids)).abs().max().item() <= LOGIT_TOL
+
+
+def test_loaded_model_is_trainable_with_tied_head(hf_pair):
+    family, hf, _, ours = hf_pair
+    tied = hf.config.tie_word_embeddings
+    assert (ours.lm_head.weight is ours.model.embed_tokens.weight) == tied
+    ids = random_ids(batch=2, length=8)
+    ours(ids).logsumexp(-1).mean().backward()
+    grads = {n: p.grad for n, p in ours.named_parameters()}
+    assert all(g is not None and torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads.values()), family

@@ -15,12 +15,14 @@ from typing import Any
 import torch
 
 from scratchlm.checkpoint import load_model
+from scratchlm.config import ModelConfig
 from scratchlm.interop.hf_config import config_from_hf, config_to_hf, export_family, hf_family
 from scratchlm.interop.hf_weights import state_from_hf, state_to_hf
 from scratchlm.interop.shards import load_sharded, save_sharded
 from scratchlm.interop.tokenizer_files import save_hf_tokenizer
 from scratchlm.io_utils import atomic_write_text
 from scratchlm.model import TransformerLM
+from scratchlm.nn.rope import RotaryEmbedding
 
 CONFIG_NAME = "config.json"
 
@@ -43,8 +45,7 @@ def is_hf_config(data: dict[str, Any]) -> bool:
     return "model_type" in data or "architectures" in data
 
 
-def _load_state_strict(model: TransformerLM, state: dict[str, torch.Tensor], directory: Path) -> None:
-    expected = model.state_dict()
+def _check_state(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor], directory: Path) -> None:
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     wrong = [f"{k}: checkpoint {tuple(state[k].shape)} vs config {tuple(expected[k].shape)}"
@@ -52,7 +53,28 @@ def _load_state_strict(model: TransformerLM, state: dict[str, torch.Tensor], dir
     if missing or unexpected or wrong:
         raise ValueError(f"HF checkpoint {directory} does not match its config.json: missing {missing[:5]}, "
                          f"unexpected {unexpected[:5]}, wrong shapes {wrong[:3]}")
-    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in state.items()}, strict=True)
+
+
+def build_with_weights(config: ModelConfig, state: dict[str, torch.Tensor], directory: Path) -> TransformerLM:
+    """TransformerLM holding exactly `state` (as fp32), without a wasted random init.
+
+    The model is built on the meta device (no memory, no init), the loaded tensors are assigned as its
+    parameters, the tied head is re-tied, and the non-persistent RoPE tables are computed on CPU.
+    """
+    with torch.device("meta"):
+        model = TransformerLM(config)
+    _check_state(model.state_dict(), state, directory)
+    model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=True, assign=True)
+    if config.tie_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    rope = model.model.rotary_emb
+    if rope is not None:
+        fresh = RotaryEmbedding(rope.head_dim, rope.max_seq_len, rope.base, rope.style)
+        rope.cos, rope.sin = fresh.cos, fresh.sin
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise ValueError(f"internal error: tensors {left[:5]} were not materialised after loading {directory}")
+    return model
 
 
 def from_pretrained(directory: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
@@ -69,8 +91,7 @@ def from_pretrained(directory: str | Path, *, device: str | torch.device = "cpu"
     config = config_from_hf(data, **config_overrides)
     family = hf_family(data)
     state = state_from_hf(load_sharded(directory, progress=progress), config, family)
-    model = TransformerLM(config)
-    _load_state_strict(model, state, directory)
+    model = build_with_weights(config, state, directory)
     return model.to(device=device, dtype=dtype).eval()
 
 

@@ -14,6 +14,7 @@ COMMANDS: tuple[str, ...] = (
     "scratchlm.cli.model_info",
     "scratchlm.cli.convert",
     "scratchlm.cli.train",
+    "scratchlm.cli.quickstart",
     "scratchlm.cli.tokenizer_cmd",
     "scratchlm.cli.serve",
     "scratchlm.cli.generate",

@@ -1,0 +1,84 @@
+"""The main job: corpus -> BPE tokenizer -> token file -> a few minutes of pretraining -> samples.
+
+    OUT/corpus.txt            the training text (default corpus, or --data PATH)
+    OUT/tokenizer/            the trained byte-level BPE (also copied into every checkpoint)
+    OUT/tokens.bin(.json)     the encoded corpus (train = first 90%, val = last 10%)
+    OUT/checkpoint/           config.json + model.safetensors + tokenizer + trainer state
+    OUT/metrics.jsonl, OUT/loss.png
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scratchlm.checkpoint import load_model
+from scratchlm.data.corpus import default_corpus, load_corpus
+from scratchlm.data.token_file import write_token_file
+from scratchlm.io_utils import atomic_write_text
+from scratchlm.train.checkpoint import find_checkpoint
+from scratchlm.train.loop import train
+from scratchlm.train.losses import bits_per_byte
+from scratchlm.train.presets import get_train_preset
+
+PROMPTS = ("def ", "The ", "import ", "class ")
+
+
+@dataclass
+class QuickstartResult:
+    out_dir: Path
+    checkpoint: Path
+    val_loss: float | None
+    val_bits_per_byte: float | None
+    samples: dict[str, str]
+
+
+def build_tokens(out: Path, data: str | None, max_bytes: int, vocab_size: int, progress: bool) -> tuple[int, int, int]:
+    """Write OUT/corpus.txt, OUT/tokenizer/ and OUT/tokens.bin; returns (vocab, n_tokens, n_bytes)."""
+    from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
+    from scratchlm.tokenizer.streaming import encode_stream_chunks
+
+    text = load_corpus(data, max_bytes) if data else default_corpus(max_bytes)
+    atomic_write_text(out / "corpus.txt", text)
+    print(f"corpus: {len(text.encode('utf-8')):,} bytes -> {out / 'corpus.txt'}", flush=True)
+    vocab, merges = train_bpe(out / "corpus.txt", vocab_size, DEFAULT_SPECIAL_TOKENS, progress=progress)
+    tok = Tokenizer(vocab, merges, DEFAULT_SPECIAL_TOKENS)
+    tok.save(out / "tokenizer")
+    n_tokens = write_token_file(out / "tokens.bin", encode_stream_chunks(tok, [text]), tok.vocab_size)
+    print(f"tokenizer: {tok.vocab_size} tokens -> {out / 'tokenizer'}; corpus = {n_tokens:,} tokens", flush=True)
+    return tok.vocab_size, n_tokens, len(text.encode("utf-8"))
+
+
+def sample(checkpoint: Path, prompts: tuple[str, ...] = PROMPTS, max_new_tokens: int = 60, seed: int = 0) -> dict[str, str]:
+    """Temperature-0.8/top-k-40 continuations of each prompt from the saved model and its tokenizer."""
+    from scratchlm.generate.engine import generate
+    from scratchlm.tokenizer import Tokenizer
+
+    model = load_model(checkpoint).eval()
+    tok = Tokenizer.load(checkpoint)
+    ids = [tok.encode(p) for p in prompts]
+    room = model.config.max_seq_len - max(map(len, ids))  # the engine never slides its window
+    outs = generate(model, ids, min(max_new_tokens, room), seed=seed, temperature=0.8, top_k=40)
+    return {p: p + tok.decode(o) for p, o in zip(prompts, outs)}
+
+
+def quickstart(
+    out_dir: str | Path = "runs/quickstart", data: str | None = None, minutes: float = 3.0, vocab_size: int = 2048,
+    max_bytes: int = 4_000_000, overwrite: bool = False, progress: bool = True, **overrides: Any,
+) -> QuickstartResult:
+    """Build the corpus and tokenizer, train the `quickstart` preset for `minutes`, sample from it."""
+    out = Path(out_dir)
+    if find_checkpoint(out) is not None:
+        if not overwrite:
+            raise ValueError(f"{out} already holds a trained model; pass --overwrite to replace it or --out NEW_DIR")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab, n_tokens, n_bytes = build_tokens(out, data, max_bytes, vocab_size, progress)
+    cfg = get_train_preset("quickstart", train_data=str(out / "tokens.bin"), tokenizer_dir=str(out / "tokenizer"),
+                           out_dir=str(out), max_time_s=minutes * 60, progress=progress, **{"model.vocab_size": vocab},
+                           **overrides)
+    result = train(cfg)
+    bpb = bits_per_byte(result.val_loss, n_tokens, n_bytes) if result.val_loss is not None else None
+    return QuickstartResult(out, result.checkpoint, result.val_loss, bpb, sample(result.checkpoint))

@@ -14,6 +14,7 @@ from scratchlm.data.token_file import write_token_file
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 from scratchlm.tokenizer.hf_json import save_hf_tokenizer_json
 from scratchlm.tokenizer.streaming import encode_stream_chunks
+from scratchlm.tokenizer.text_io import decode_utf8
 
 READ_BYTES = 1 << 16
 
@@ -31,13 +32,7 @@ def read_text_blocks(path: Path, errors: str, bar: tqdm) -> Iterator[str]:
                     cut -= 1
                 if cut > 0 and data[cut - 1] >= 0xC0:
                     cut -= 1
-            try:
-                text = data[:cut].decode("utf-8", errors=errors)
-            except UnicodeDecodeError as exc:
-                raise ValueError(
-                    f"{path} is not valid UTF-8: byte 0x{data[exc.start]:02x} at byte offset {offset + exc.start} "
-                    f"({exc.reason}); fix the file or pass --errors replace"
-                ) from None
+            text = decode_utf8(data[:cut], path, offset, errors, "pass --errors replace")
             offset += cut
             carry = data[cut:]
             bar.update(len(raw))

@@ -150,6 +150,8 @@ class Tokenizer:
         """Text -> ids; special tokens in the text map to their ids (longest match first)."""
         if not isinstance(text, str):
             raise ValueError(f"encode expects str, got {type(text).__name__}; decode bytes with .decode('utf-8') first")
+        if self._special_re is None or not any(s in text for s in self.special_tokens):
+            return self.encode_ordinary(text)  # common case: skip the special-token scan
         out: list[int] = []
         for piece, is_special in split_on_specials(text, self._special_re):
             if is_special:

@@ -21,6 +21,7 @@ import regex
 from tqdm import tqdm
 
 from scratchlm.tokenizer.pretokenize import pretokenize, special_regex, split_on_specials
+from scratchlm.tokenizer.text_io import decode_utf8
 
 WINDOW_BYTES = 1 << 16
 
@@ -95,13 +96,7 @@ def count_chunk(task: tuple[str, int, int, tuple[str, ...], str]) -> tuple[dict[
     with open(path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
-    try:
-        text = data.decode("utf-8", errors=errors)
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"{path} is not valid UTF-8: byte 0x{data[exc.start]:02x} at byte offset {start + exc.start} "
-            f"({exc.reason}); fix the file or pass errors='replace' (CLI: --errors replace)"
-        ) from None
+    text = decode_utf8(data, path, start, errors, "pass errors='replace' (CLI: --errors replace)")
     counts: Counter[str] = Counter()
     for piece, is_special in split_on_specials(text, _specials_re(special_tokens)):
         if not is_special:

@@ -26,8 +26,8 @@ def test_32_concurrent_streaming_clients(server, reference):
     expected = {p: ref_completion(reference, p, MAX_TOKENS) for p in PROMPTS}
     assert all(r.text == expected[r.prompt] for r in report.results)
     after = server.health()
-    tokens, steps = after["decoded_tokens"] - before["decoded_tokens"], after["steps"] - before["steps"]
-    assert tokens >= CLIENTS * PER_CLIENT and tokens / steps >= 4  # on average >= 4 sequences per decode step
+    rows, steps = after["decode_rows"] - before["decode_rows"], after["steps"] - before["steps"]
+    assert rows / steps >= 4  # on average >= 4 sequences shared a decode step
     assert after["completed"] - before["completed"] == CLIENTS * PER_CLIENT
     assert after["active"] == 0 and after["waiting"] == 0
 

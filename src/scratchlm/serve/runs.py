@@ -49,16 +49,21 @@ class RequestRun:
         if alive:
             self.scheduler.cancel(alive)
 
-    async def events(self) -> AsyncIterator[Event]:
-        """Yield events until every choice has finished; texts/reasons/token counts are recorded."""
+    async def events(self) -> AsyncIterator[list[Event]]:
+        """Yield the events that have arrived (all of them, at least one) until every choice has finished;
+        texts / reasons / token counts are recorded on the way. Batching what piled up keeps a busy
+        stream to one network write per wake-up instead of one per token."""
         pending = len(self.sequences)
         while pending:
-            event = await self.queue.get()
-            if isinstance(event, Finished):
-                pending -= 1
-                self.reasons[event.index] = event.finish_reason
-                self.completion_tokens += event.completion_tokens
-                self.error = self.error or event.error
-            else:
-                self.texts[event.index] += event.text
-            yield event
+            batch = [await self.queue.get()]
+            while not self.queue.empty():
+                batch.append(self.queue.get_nowait())
+            for event in batch:
+                if isinstance(event, Finished):
+                    pending -= 1
+                    self.reasons[event.index] = event.finish_reason
+                    self.completion_tokens += event.completion_tokens
+                    self.error = self.error or event.error
+                else:
+                    self.texts[event.index] += event.text
+            yield batch

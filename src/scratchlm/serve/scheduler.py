@@ -42,7 +42,8 @@ class SchedulerStats:
     cancelled: int = 0
     errors: int = 0
     max_active: int = 0
-    decoded_tokens: int = 0
+    decoded_tokens: int = 0  # tokens chosen, from prefill logits and from decode steps
+    decode_rows: int = 0  # sum over decode steps of the rows in the step (mean batch = decode_rows / steps)
 
 
 class Scheduler:
@@ -144,6 +145,7 @@ class Scheduler:
         logits = forward_last(self.model, tokens, positions, key_mask, view)  # (n, V)
         self.slots.finish_step(view)
         self.stats.steps += 1
+        self.stats.decode_rows += len(self.rows)
         self._sample_and_push(logits, first_row=0)
 
     def _sample_and_push(self, logits: torch.Tensor, first_row: int) -> None:

@@ -31,7 +31,7 @@ from scratchlm.serve.prompting import JobSpec, chat_job, completion_job
 from scratchlm.serve.protocol import APIError, ChatRequest, CompletionRequest, ResponseShape, parse_request, usage
 from scratchlm.serve.runs import RequestRun
 from scratchlm.serve.scheduler import Scheduler
-from scratchlm.serve.sequence import Finished
+from scratchlm.serve.sequence import Event, Finished
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB
 
@@ -88,19 +88,22 @@ def sse(data: dict[str, Any] | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
 
 
+def event_lines(shape: ResponseShape, event: Event) -> str:
+    """The SSE text of one scheduler event: a text chunk, or [an error and] the finish chunk."""
+    if not isinstance(event, Finished):
+        return sse(shape.chunk(event.index, text=event.text))
+    error = "" if event.error is None else sse(APIError(500, f"generation failed: {event.error}", "server_error").body())
+    return error + sse(shape.chunk(event.index, finish_reason=event.finish_reason))
+
+
 async def stream_events(run: RequestRun, shape: ResponseShape, prompt_tokens: int, include_usage: bool) -> AsyncIterator[str]:
     """SSE body: the chat role chunk, text chunks, one finish chunk per choice, [usage], [DONE]."""
     try:
         if shape.chat:
             for s in run.sequences:
                 yield sse(shape.chunk(s.index, role=True))
-        async for event in run.events():
-            if isinstance(event, Finished):
-                if event.error is not None:
-                    yield sse(APIError(500, f"generation failed: {event.error}", "server_error").body())
-                yield sse(shape.chunk(event.index, finish_reason=event.finish_reason))
-            else:
-                yield sse(shape.chunk(event.index, text=event.text))
+        async for batch in run.events():
+            yield "".join(event_lines(shape, event) for event in batch)
         if include_usage:
             yield sse(shape.usage_chunk(usage(prompt_tokens, run.completion_tokens)))
         yield sse("[DONE]")

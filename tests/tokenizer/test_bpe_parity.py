@@ -48,6 +48,8 @@ def test_trained_fast_path_equals_reference(request, texts, name):
     for key, text in texts.items():
         assert fast.encode(text) == ref.encode(text), key
     assert fast.encode_ordinary(SPECIALS_TEXT) == ref.encode_ordinary(SPECIALS_TEXT)
+    lone = "a\ud800b \udfff!"  # lone surrogates: both encode them as U+FFFD
+    assert fast.encode(lone) == ref.encode(lone) == ref.encode("a\ufffdb \ufffd!")
 
 
 def test_fast_path_refuses_ids_out_of_merge_order(shakespeare_tok):

@@ -109,8 +109,13 @@ class Tokenizer:
 
     # -- encoding ----------------------------------------------------------------------------
     def encode_word(self, word: str) -> list[int]:
-        """BPE of one pre-token (reference algorithm, see module docstring)."""
-        ids = [self._byte_ids[b] for b in word.encode("utf-8")]
+        """BPE of one pre-token (reference algorithm, see module docstring). A lone surrogate (not
+        encodable as UTF-8) becomes U+FFFD first, as tiktoken does."""
+        try:
+            data = word.encode("utf-8")
+        except UnicodeEncodeError:
+            data = word.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+        ids = [self._byte_ids[b] for b in data]
         merges = self._merges
         while len(ids) > 1:
             best = None

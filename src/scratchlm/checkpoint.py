@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save
 
 from scratchlm.config import ModelConfig
-from scratchlm.io_utils import atomic_write, atomic_write_text
+from scratchlm.io_utils import atomic_write, atomic_write_text, read_json_object
 from scratchlm.model import TransformerLM
 
 CONFIG_NAME = "config.json"
@@ -42,12 +42,7 @@ def save_model(model: TransformerLM, directory: str | Path) -> Path:
 def load_config(directory: str | Path) -> ModelConfig:
     """Read DIR/config.json with a clear error when it is missing or not a scratchlm config."""
     path = Path(directory) / CONFIG_NAME
-    if not path.exists():
-        raise FileNotFoundError(f"{directory} is not a scratchlm checkpoint: {path} is missing")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}); the checkpoint is corrupt") from None
+    data = read_json_object(path, f"{directory} is not a scratchlm checkpoint: {path} is missing")
     if "model_type" in data or "architectures" in data:
         raise ValueError(
             f"{path} is a Hugging Face config; convert it first: scratchlm convert --from-hf {directory} --out DIR"

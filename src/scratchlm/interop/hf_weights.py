@@ -67,12 +67,19 @@ def _fill_zero_biases(state: StateDict, config: ModelConfig, family: str) -> Non
         state.setdefault(f"{prefix}.bias", weight.new_zeros(weight.shape[0]))
 
 
-def _gpt2_to_hf(state: StateDict, config: ModelConfig) -> StateDict:
+def _move_globals(state: StateDict, to_hf: bool) -> StateDict:
+    """Pop the GPT2_GLOBAL tensors (weight and bias) from `state`, renamed to the other side."""
     out: StateDict = {}
     for ours, hf in GPT2_GLOBAL:
+        src, dst = (ours, hf) if to_hf else (hf, ours)
         for kind in ("weight", "bias"):
-            if f"{ours}.{kind}" in state:
-                out[f"{hf}.{kind}"] = state.pop(f"{ours}.{kind}")
+            if f"{src}.{kind}" in state:
+                out[f"{dst}.{kind}"] = state.pop(f"{src}.{kind}")
+    return out
+
+
+def _gpt2_to_hf(state: StateDict, config: ModelConfig) -> StateDict:
+    out = _move_globals(state, to_hf=True)
     for i in range(config.n_layers):
         src, dst = f"model.layers.{i}.", f"transformer.h.{i}."
         for ours, hf, transposed in GPT2_LAYER:
@@ -87,11 +94,7 @@ def _gpt2_to_hf(state: StateDict, config: ModelConfig) -> StateDict:
 
 
 def _gpt2_from_hf(state: StateDict, config: ModelConfig) -> StateDict:
-    out: StateDict = {}
-    for ours, hf in GPT2_GLOBAL:
-        for kind in ("weight", "bias"):
-            if f"{hf}.{kind}" in state:
-                out[f"{ours}.{kind}"] = state.pop(f"{hf}.{kind}")
+    out = _move_globals(state, to_hf=False)
     for i in range(config.n_layers):
         src, dst = f"transformer.h.{i}.", f"model.layers.{i}."
         for ours, hf, transposed in GPT2_LAYER:

@@ -20,7 +20,7 @@ from scratchlm.interop.hf_config import config_from_hf, config_to_hf, export_fam
 from scratchlm.interop.hf_weights import state_from_hf, state_to_hf
 from scratchlm.interop.shards import load_sharded, save_sharded
 from scratchlm.interop.tokenizer_files import save_hf_tokenizer
-from scratchlm.io_utils import atomic_write_text
+from scratchlm.io_utils import atomic_write_text, read_json_object
 from scratchlm.model import TransformerLM
 from scratchlm.nn.rope import RotaryEmbedding
 
@@ -30,15 +30,7 @@ CONFIG_NAME = "config.json"
 def read_config_json(directory: str | Path) -> dict[str, Any]:
     """DIR/config.json as a dict, with clear errors for a missing or corrupt file."""
     path = Path(directory) / CONFIG_NAME
-    if not path.is_file():
-        raise FileNotFoundError(f"{directory} is not a model directory: {path} is missing")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
-    return data
+    return read_json_object(path, f"{directory} is not a model directory: {path} is missing")
 
 
 def is_hf_config(data: dict[str, Any]) -> bool:

@@ -34,6 +34,12 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def default_model_name(checkpoint: Path) -> str:
+    """The checkpoint directory's name; for a training run's OUT/checkpoint, the name of OUT."""
+    path = checkpoint.resolve()
+    return path.parent.name if path.name == "checkpoint" and path.parent.name else path.name
+
+
 def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
                model_name: str | None = None, max_batch: int = 32,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
@@ -46,7 +52,7 @@ def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000
     if tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"tokenizer in {checkpoint} has {tokenizer.vocab_size} tokens but the model only "
                          f"{model.config.vocab_size}; the checkpoint's tokenizer and model do not belong together")
-    name = model_name or checkpoint.resolve().name
+    name = model_name or default_model_name(checkpoint)
     app = create_app(model, tokenizer, name, api_key=api_key, max_body_bytes=max_body_bytes, max_batch=max_batch)
     sock = bind_socket(host, port)
     shown = f"[{host}]" if ":" in host else host

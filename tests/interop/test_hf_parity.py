@@ -95,3 +95,25 @@ def test_loaded_model_is_trainable_with_tied_head(hf_pair):
     ours(ids).logsumexp(-1).mean().backward()
     grads = {n: p.grad for n, p in ours.named_parameters()}
     assert all(g is not None and torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads.values()), family
+
+
+@pytest.mark.parametrize("family", ["llama_tied_gqa", "gpt2"])
+def test_base_model_checkpoint_without_prefix_loads(family, tmp_path):
+    """LlamaModel / GPT2Model checkpoints lack the model./transformer. prefix; with a tied head they load."""
+    hf = build_hf(family)
+    base = hf.model if hasattr(hf, "model") else hf.transformer
+    base.save_pretrained(tmp_path)
+    assert not any(k.startswith(("model.", "transformer.")) for k in safetensors_state(tmp_path))
+    ours = scratchlm.from_pretrained(tmp_path)
+    ids = random_ids()
+    with torch.no_grad():
+        assert (ours(ids) - hf_logits(hf, ids)).abs().max().item() <= LOGIT_TOL
+
+
+def test_bfloat16_checkpoint_is_upcast_to_fp32(tmp_path):
+    hf = build_hf("qwen2").to(torch.bfloat16)
+    hf.save_pretrained(tmp_path)
+    ours = scratchlm.from_pretrained(tmp_path)
+    theirs = hf.state_dict()
+    for name, tensor in ours.state_dict().items():
+        assert tensor.dtype == torch.float32 and torch.equal(tensor, theirs[name].float()), name

@@ -117,3 +117,25 @@ def test_bfloat16_checkpoint_is_upcast_to_fp32(tmp_path):
     theirs = hf.state_dict()
     for name, tensor in ours.state_dict().items():
         assert tensor.dtype == torch.float32 and torch.equal(tensor, theirs[name].float()), name
+
+
+@pytest.mark.parametrize("preset,overrides,family", [
+    ("gpt2-tiny", dict(mlp_bias=False, qkv_bias=False, norm_bias=False, tie_embeddings=False), "gpt2"),
+    ("llama-tiny", dict(attn_out_bias=True), "llama"),
+    ("llama-tiny", dict(qkv_bias=True, mlp_bias=True, n_kv_heads=1), "llama"),
+    ("llama-tiny", dict(qkv_bias=True, qk_norm=True, tie_embeddings=False), "qwen3"),
+])
+def test_missing_biases_export_as_zeros(preset, overrides, family, tmp_path):
+    """Configs an HF family represents only with extra (zero) biases: same logits in transformers and back."""
+    from scratchlm.config import get_preset
+
+    ours = randomize_(TransformerLM(get_preset(preset, vocab_size=96, d_model=64, n_layers=2, **overrides)), seed=3)
+    directory = scratchlm.save_pretrained(ours, tmp_path)
+    hf = AutoModelForCausalLM.from_pretrained(directory).eval()
+    assert hf.config.model_type == family
+    back = scratchlm.from_pretrained(directory)
+    ids = random_ids()
+    with torch.no_grad():
+        expected = ours(ids)
+        assert (hf_logits(hf, ids) - expected).abs().max().item() <= LOGIT_TOL
+        assert (back(ids) - expected).abs().max().item() <= LOGIT_TOL

@@ -137,13 +137,15 @@ class TransformerLM(nn.Module):
         token_positions: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         kv_cache: KVCache | None = None,
+        logits_to_keep: int = 0,
     ) -> torch.Tensor:
         """input_ids (B, T) -> logits (B, T, V), fp32 master weights.
 
         token_positions: (T,) or (B, T) position of each token (default: slots start..start+T-1 where
         start = kv_cache.seq_len or 0). attention_mask: (B, S) bool/0-1 over all key slots so far
         (S = start + T), True = real token, False = padding. kv_cache: a KVCache; the new tokens are
-        appended and the cache advanced by T.
+        appended and the cache advanced by T. logits_to_keep: n > 0 returns only the last n positions'
+        logits (B, n, V) (generation's prefill needs 1; skips the LM head on the rest); 0 = all.
         """
         start = kv_cache.seq_len if kv_cache is not None else 0
         self._check_input(input_ids, start)
@@ -165,6 +167,8 @@ class TransformerLM(nn.Module):
             x = x + self.model.embed_positions(token_positions).to(x.dtype)
         for i, layer in enumerate(self.model.layers):
             x = layer(x, token_positions, mask, is_causal, kv_cache, i)
+        if logits_to_keep > 0:
+            x = x[:, -logits_to_keep:]  # (B, n, D): norm and head are per position
         if self.model.norm is not None:
             x = self.model.norm(x)
         if kv_cache is not None:

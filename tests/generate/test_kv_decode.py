@@ -50,3 +50,15 @@ def test_kv_cache_bytes_per_token_counts_only_kv_heads() -> None:
     mha = build(small_config("llama-mha")).new_kv_cache(1, 8)
     assert gqa.bytes_per_token() == 2 * 2 * 2 * 16 * 4
     assert mha.bytes_per_token() == 2 * gqa.bytes_per_token()
+
+
+@pytest.mark.parametrize("variant", ["llama-gqa-half", "gpt2-tiny"])
+def test_logits_to_keep_returns_the_last_positions(variant: str) -> None:
+    """Same logits for the kept positions (matmuls of another row count may round differently: 1e-6)."""
+    model = build(small_config(variant))
+    ids = torch.randint(0, 128, (2, 9))
+    with torch.no_grad():
+        full = model(ids)
+        torch.testing.assert_close(model(ids, logits_to_keep=1), full[:, -1:], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(model(ids, logits_to_keep=3), full[:, -3:], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(model(ids, logits_to_keep=0), full, rtol=0, atol=0)

@@ -74,7 +74,8 @@ def iter_decode(
     counts = token_counts(batch.ids, model.config.vocab_size, batch.valid) if params.uses_counts else None
     generator = make_generator(seed, device)
     step = make_decode_step(model, compile_decode)
-    logits = model(batch.ids, batch.positions, None if key_mask is None else key_mask[:, :p], cache)[:, -1]
+    prefill_mask = None if key_mask is None else key_mask[:, :p]
+    logits = model(batch.ids, batch.positions, prefill_mask, cache, logits_to_keep=1)[:, -1]  # (B, V)
     positions = batch.lengths[:, None].clone()  # (B, 1) position of the next token
     for i in range(max_new_tokens):
         token = choose_next_token(logits, params, counts, generator)  # (B,)

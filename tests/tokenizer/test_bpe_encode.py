@@ -90,7 +90,7 @@ def test_tokenizer_without_specials_treats_them_as_text(shakespeare_tok):
 
 STREAM_TEXT = st.lists(
     st.sampled_from(["the", " king", "'re", "'", "r", "e", " ", "  ", "\n", "\n\n", " \n", "x\nY", "é", "🎉", "1",
-                     "<|endoftext|>", "<|end", "oftext|>", "<|im_start|>", "<|im_end|>", ".", "\t"]),
+                     "<|endoftext|>", "<|end", "oftext|>", "<|im_start|>", "<|im_end|>", ".", "\t", "日\n本", "\nΩ", "\u3000"]),
     max_size=120,
 ).map("".join)
 

@@ -113,7 +113,7 @@ def test_incremental_counts_equal_naive_recount(shared_data, tmp_path, name, n_l
 
 
 TRICKY = st.lists(
-    st.sampled_from(["a", "Z", "é", "日", "1", "'", "'re", " ", "  ", "\n", "\n\n", "\t", " \n", "x\ny", ".", "!\n",
+    st.sampled_from(["a", "Z", "é", "日", "1", "'", "'re", " ", "  ", "\n", "\n\n", "\t", " \n", "x\ny", ".", "!\n", "日\n本", "é\n", "\nΩ",
                      "<|endoftext|>", "<|im_start|>", "\u3000", "🎉"]),
     max_size=80,
 ).map("".join)
@@ -131,10 +131,9 @@ def test_chunk_cuts_do_not_change_pretoken_counts(tmp_path_factory, text, chunk)
     data = path.read_bytes()
     bounds = list(chunk_bounds(path, specials, chunk))
     assert [s for s, _ in bounds[1:]] == [e for _, e in bounds[:-1]] and (not data or bounds[-1][1] == len(data))
-    for _, end in bounds[:-1]:  # each cut: a special starts there, or it is "x\nY" printable ASCII around it
-        assert data.startswith((b"<|endoftext|>", b"<|im_start|>"), end) or (
-            data[end - 1:end] == b"\n" and 0x21 <= data[end - 2] <= 0x7E and 0x21 <= data[end] <= 0x7E
-        )
+    for _, end in bounds[:-1]:  # each cut: a special starts there, or it follows "x\nY", x and Y not spaces
+        before, after = data[:end].decode(), data[end:].decode()
+        assert after.startswith(specials) or (before[-1] == "\n" and not before[-2].isspace() and not after[0].isspace())
 
 
 def test_parallel_workers_equal_single_process(shared_data):
@@ -144,6 +143,14 @@ def test_parallel_workers_equal_single_process(shared_data):
         two = train_bpe(path, 400, specials, num_workers=2, chunk_bytes=1000)
         assert len(list(chunk_bounds(path, tuple(specials), 1000))) >= 3
         assert two == one
+
+
+def test_non_ascii_text_is_cut_at_newlines_between_letters(tmp_path):
+    path = tmp_path / "ja.txt"
+    path.write_text("日本語のテキスト\n\u3000字下げ\n" * 400 + "Ωμέγα\n" * 400, encoding="utf-8")
+    bounds = list(chunk_bounds(path, (), 2000))
+    assert len(bounds) >= 9  # 19.6 kB in ~2 kB chunks
+    assert count_pretokens([path], (), num_workers=2, chunk_bytes=2000) == count_pretokens([path], (), num_workers=1)
 
 
 def test_vocab_size_too_small(tmp_path):

@@ -2,10 +2,12 @@
 
 The corpus files are cut into chunks of about `chunk_bytes` at positions where cutting cannot change
 the pre-tokens: the start of a special token (preferred) or, in a stretch without specials, right
-after a newline that sits between two printable ASCII characters (``x\\nY``: the GPT-2 regex always
-ends a pre-token before and after such a newline). Only byte offsets are computed here, reading a
-small window at a time; each worker process reads, decodes and counts its own chunk, so memory stays
-bounded by (workers x chunk) plus the table of distinct pre-tokens, whatever the corpus size.
+after a newline between two chars that are surely not whitespace (letters, numbers, visible ASCII:
+``x\\nY``), since the GPT-2 regex always ends a pre-token before and after such a newline. Only byte
+offsets are computed here, reading a small window at a time; each worker process reads, decodes and
+counts its own chunk, so memory stays
+bounded by (workers x chunk) plus the table of distinct pre-tokens, whatever the corpus size
+(a chunk only grows past `chunk_bytes` while no exact cut exists, e.g. a file on a single line).
 """
 
 from __future__ import annotations
@@ -26,10 +28,23 @@ from scratchlm.tokenizer.text_io import decode_utf8
 WINDOW_BYTES = 1 << 16
 
 
-@lru_cache(maxsize=1)
-def _safe_newline() -> regex.Pattern:
-    """b'x\\nY' with x, Y printable non-space ASCII: a cut right after the newline is exact."""
-    return regex.compile(rb"[\x21-\x7e]\n(?=[\x21-\x7e])")
+def _solid(ch: str) -> bool:
+    """A char that is surely not whitespace for the GPT-2 regex: a letter, a number or visible ASCII."""
+    return len(ch) == 1 and (ch.isalnum() or "!" <= ch <= "~")
+
+
+def _safe_newline_at(buf: bytes, i: int) -> bool:
+    """True if buf[i] is a newline between two `_solid` chars, so a cut at i + 1 is exact."""
+    if i < 1 or i + 1 >= len(buf):
+        return False
+    start = i - 1
+    while start > max(0, i - 4) and buf[start] & 0xC0 == 0x80:  # back to the lead byte of the previous char
+        start -= 1
+    lead = buf[i + 1]
+    width = 1 if lead < 0x80 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    prev = buf[start:i].decode("utf-8", errors="replace")
+    nxt = buf[i + 1:i + 1 + width].decode("utf-8", errors="replace")
+    return _solid(prev) and _solid(nxt) and "\ufffd" not in prev + nxt
 
 
 @lru_cache(maxsize=8)
@@ -57,15 +72,17 @@ def _cut_in(buf: bytes, start: int, stop: int, specials: list[bytes]) -> int | N
             best = q
     if best is not None:
         return best
-    for m in _safe_newline().finditer(buf, max(0, start - 2), stop + 1):
-        if m.end() >= start and m.end() < stop and not _crossed(buf, m.end(), specials):
-            return m.end()
+    i = buf.find(b"\n", max(0, start - 1), stop - 1)
+    while i != -1:
+        if _safe_newline_at(buf, i) and not _crossed(buf, i + 1, specials):
+            return i + 1
+        i = buf.find(b"\n", i + 1, stop - 1)
     return None
 
 
 def _next_cut(f, target: int, size: int, specials: list[bytes]) -> int:
     """Smallest exact cut >= target, reading WINDOW_BYTES (+ context) at a time; `size` if none."""
-    ctx = max((len(s) for s in specials), default=1) + 2
+    ctx = max((len(s) for s in specials), default=1) + 4  # room for a 4-byte char around a newline
     pos = target
     while pos < size:
         lo = max(0, pos - ctx)

@@ -4,8 +4,8 @@ A cut at position c of the buffer is safe when encoding buf[:c] and the rest sep
 ids as encoding the whole stream. We only cut where
   * every special-token decision before c is final: a special can be up to L chars long, so matches
     starting before len(buf) - L + 1 cannot change when more text arrives; and
-  * c is a pre-token boundary that more text cannot move: right after a newline between two printable
-    ASCII chars (``x\\nY``), or else at the start of the second-to-last GPT-2 pre-token of the tail (the
+  * c is a pre-token boundary that more text cannot move: right after a newline between two chars that
+    are not whitespace (letters, numbers, visible ASCII: ``x\\nY``), or else at the start of the second-to-last GPT-2 pre-token of the tail (the
     regex looks at most 2 chars past a pre-token's end, e.g. "'" + "r" may still become "'re").
 """
 
@@ -27,7 +27,7 @@ BUFFER_CHARS = 1 << 16
 
 @lru_cache(maxsize=1)
 def _last_safe_newline() -> regex.Pattern:
-    return regex.compile(r"(?r)[!-~]\n(?=[!-~])")
+    return regex.compile(r"(?r)[\p{L}\p{N}!-~]\n(?=[\p{L}\p{N}!-~])")
 
 
 def safe_cut(buf: str, special_re: regex.Pattern | None, max_special: int) -> int:

@@ -115,3 +115,19 @@ def test_scratchlm_dir_loads_through_from_pretrained(tmp_path):
     model = TransformerLM(ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, max_seq_len=16))
     loaded = scratchlm.from_pretrained(save_model(model, tmp_path))
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in model.state_dict().items())
+
+
+def test_qwen3_without_head_dim_uses_hf_default(tmp_path):
+    """Qwen3Config defaults head_dim to 128 (not D / H); a config.json without it must load as HF does."""
+    from interop_helpers import FAMILIES, hf_logits, random_ids, randomize_
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    kwargs = {k: v for k, v in FAMILIES["qwen3"][2].items() if k != "head_dim"}
+    hf = randomize_(Qwen3ForCausalLM(Qwen3Config(**kwargs)), seed=5).eval()
+    assert hf.config.head_dim == 128 != kwargs["hidden_size"] // kwargs["num_attention_heads"]
+    hf.save_pretrained(tmp_path / "src")
+    ours = scratchlm.from_pretrained(_with_config(tmp_path / "src", tmp_path / "nohd", head_dim=None))
+    assert ours.config.head_dim == 128
+    ids = random_ids()
+    with torch.no_grad():
+        assert (ours(ids) - hf_logits(hf, ids)).abs().max().item() <= 1e-4

@@ -29,6 +29,8 @@ _BASE_ARCHS = {"llama": "LlamaModel", "qwen2": "Qwen2Model", "qwen3": "Qwen3Mode
 # HF activation_function (GPT-2) -> ours; the reverse map picks the first HF name for each of ours.
 GPT2_ACTIVATIONS: dict[str, str] = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
                                     "relu": "relu", "silu": "silu", "swish": "silu", "sigmoid": "sigmoid"}
+# head_dim when config.json omits it: HF's Qwen3Config defaults to 128, the others to D / H.
+_DEFAULT_HEAD_DIM = {"qwen3": 128}
 HINT_KEY = "scratchlm"
 HINT_FIELDS = ("rope_style", "attn_impl", "ffn_multiple_of")
 
@@ -93,7 +95,7 @@ def _check_common(hf: dict[str, Any]) -> None:
         raise _unsupported("add_cross_attention", True, "scratchlm is decoder-only")
 
 
-def _rope_config(hf: dict[str, Any]) -> dict[str, Any]:
+def _rope_config(hf: dict[str, Any], family: str) -> dict[str, Any]:
     """Fields shared by the RoPE families (llama, qwen2, qwen3)."""
     act = hf.get("hidden_act", "silu")
     if act != "silu":
@@ -102,7 +104,8 @@ def _rope_config(hf: dict[str, Any]) -> dict[str, Any]:
     return dict(
         vocab_size=_require(hf, "vocab_size"), d_model=d_model, n_layers=_require(hf, "num_hidden_layers"),
         n_heads=n_heads, n_kv_heads=hf.get("num_key_value_heads") or n_heads,
-        head_dim=hf.get("head_dim") or d_model // n_heads, d_ff=_require(hf, "intermediate_size"),
+        head_dim=hf.get("head_dim") or _DEFAULT_HEAD_DIM.get(family) or d_model // n_heads,
+        d_ff=_require(hf, "intermediate_size"),
         max_seq_len=_require(hf, "max_position_embeddings"), norm="rmsnorm",
         norm_eps=float(hf.get("rms_norm_eps", 1e-6)), ffn="swiglu", pos_embedding="rope", rope_style="half",
         rope_base=_check_rope(hf), tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
@@ -143,7 +146,7 @@ def config_from_hf(hf: dict[str, Any], **overrides: Any) -> ModelConfig:
     if family == "gpt2":
         fields = _gpt2_config(hf)
     else:
-        fields = {**_rope_config(hf), **_family_biases(hf, family)}
+        fields = {**_rope_config(hf, family), **_family_biases(hf, family)}
     hint = hf.get(HINT_KEY) or {}
     fields.update({k: hint[k] for k in HINT_FIELDS if k in hint})
     fields.update(overrides)

@@ -18,7 +18,7 @@ from torch import nn
 
 from scratchlm.nn.kv_cache import KVCache
 from scratchlm.nn.linear import Linear
-from scratchlm.nn.masks import causal_mask
+from scratchlm.nn.masks import causal_mask, combine_masks
 from scratchlm.nn.norm import RMSNorm
 from scratchlm.nn.rope import RotaryEmbedding
 from scratchlm.nn.softmax import softmax
@@ -44,8 +44,7 @@ def scaled_dot_product_attention(
     qg = q.reshape(b, kvh, g, t, hd)  # (B, KvH, G, T, Hd): group the query heads sharing a kv head
     scores = (qg @ k[:, :, None].transpose(-2, -1)) * scale  # (B, KvH, G, T, S)
     if is_causal:
-        causal = causal_mask(t, s, start=s - t, device=q.device)
-        mask = causal if mask is None else mask & causal
+        mask = combine_masks(mask, causal_mask(t, s, start=s - t, device=q.device))
     if mask is not None:
         mask = mask.expand(b, h, t, s).reshape(b, kvh, g, t, s)
     probs = softmax(scores.float(), dim=-1, mask=mask).to(q.dtype)
@@ -67,8 +66,7 @@ def sdpa_attention(
     if mask is None and (not is_causal or t == s):
         return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=gqa)
     if is_causal:  # torch's is_causal aligns top-left when t != s; ours is bottom-right (queries are last)
-        causal = causal_mask(t, s, start=s - t, device=q.device)
-        mask = causal if mask is None else mask & causal
+        mask = combine_masks(mask, causal_mask(t, s, start=s - t, device=q.device))
     live = mask.any(dim=-1, keepdim=True)  # rows with at least one visible key
     safe = mask | ~live  # let dead rows attend everything (finite), then zero them below
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe, scale=scale, enable_gqa=gqa)

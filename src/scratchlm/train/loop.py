@@ -207,10 +207,10 @@ class Trainer:
                             "mfu": round(util, 4), "tokens": self.state.tokens_seen, "elapsed_s": round(elapsed, 2)})
         bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tok_s:,.0f}", mfu=f"{100 * util:.1f}%")
 
-    def _eval_and_log(self, step: int, bar) -> None:
+    def _eval_and_log(self, step: int, bar, elapsed: float) -> None:
         val = self.evaluate()
         self.state.last_val_loss = val
-        self.metrics.write({"step": step, "val_loss": val, "val_ppl": perplexity(val)})
+        self.metrics.write({"step": step, "val_loss": val, "val_ppl": perplexity(val), "elapsed_s": round(elapsed, 2)})
         bar.write(f"step {step}: val loss {val:.4f} (ppl {perplexity(val):.2f})")
 
     def run(self) -> TrainResult:
@@ -220,7 +220,7 @@ class Trainer:
         bar = tqdm(total=self.state.total_steps, initial=self.state.step, desc="train", dynamic_ncols=True,
                    disable=not (cfg.progress and self.info.is_main))
         t0 = t_log = time.perf_counter()
-        first, n_log, loss = self.state.step, 0, None
+        first, n_log, loss, t5 = self.state.step, 0, None, t0
         budget_fixed = not cfg.max_time_s or self.state.step > 0
         while self.state.step < min(stop, self.state.total_steps):
             step = self.state.step
@@ -229,8 +229,10 @@ class Trainer:
             bar.update(1)
             n_log += 1
             done = self.state.step
-            if not budget_fixed and done - first == min(10, self.state.total_steps):
-                self._fix_budget(done - first, time.perf_counter() - t0)
+            if done - first == 5:
+                t5 = time.perf_counter()  # step times after the first, slower steps
+            if not budget_fixed and (done - first == 25 or done == self.state.total_steps):
+                self._fix_budget(max(1, done - first - 5), time.perf_counter() - (t5 if done - first > 5 else t0))
                 bar.total, budget_fixed = self.state.total_steps, True
             final = done >= min(stop, self.state.total_steps) or self._should_stop_for_time(t0)
             if done % cfg.log_interval == 0 or final:
@@ -238,7 +240,7 @@ class Trainer:
                 self._log(done, loss, norm, lr, n_log * self.tokens_per_step / (now - t_log), now - t0, bar)
                 t_log, n_log = now, 0
             if done % cfg.eval_interval == 0 or final:
-                self._eval_and_log(done, bar)
+                self._eval_and_log(done, bar, time.perf_counter() - t0)
             if done % cfg.ckpt_interval == 0 or final:
                 self.save()
             if final:

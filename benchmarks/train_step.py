@@ -1,0 +1,106 @@
+"""Training-step throughput: scratchlm vs an HF transformers LlamaForCausalLM of the same shape.
+
+Shape (the llama-small preset): vocab 8192, 6 layers, D 384, 6 heads / 2 KV heads, d_ff 1024, tied
+embeddings; batch 8 x 256 tokens. One step = forward, cross entropy, backward, AdamW, zero_grad. Both
+sides use torch's fused AdamW and SDPA attention (our fast paths; `--ours-ref` uses our from-scratch
+attention/loss/AdamW instead); bf16 = torch.autocast on both. Steps of the two are interleaved so
+machine load hits both alike; tok/s from the median step time. MFU = tok/s x training FLOPs/token
+(scratchlm.model_stats, attention included) / the matmul peak of that dtype measured in this run.
+Prints one JSON object.   python benchmarks/train_step.py [--steps 6] [--compile] [--dtypes fp32,bf16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from scratchlm.config import get_preset
+from scratchlm.interop.hf_config import config_to_hf
+from scratchlm.interop.hf_weights import state_to_hf
+from scratchlm.model import TransformerLM
+from scratchlm.model_stats import model_stats
+from scratchlm.train.losses import cross_entropy
+from scratchlm.train.metrics import measure_matmul_peak_gflops
+from scratchlm.train.optim import build_optimizer
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def hf_twin(model: TransformerLM) -> LlamaForCausalLM:
+    hf_cfg = {k: v for k, v in config_to_hf(model.config, "llama").items() if not k.startswith("_scratchlm")}
+    hf = LlamaForCausalLM(LlamaConfig(**hf_cfg, attn_implementation="sdpa"))
+    hf.load_state_dict(state_to_hf(model.state_dict(), model.config, "llama"), strict=False)
+    return hf.train()
+
+
+def make_step(model, loss_fn, opt, dtype: str):
+    def step(x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            logits = model(x)
+        loss = loss_fn(logits, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+def run_dtype(dtype: str, args, x, y) -> dict:
+    torch.manual_seed(0)
+    impl = "reference" if args.ours_ref else "torch"
+    ours = TransformerLM(get_preset("llama-small", max_seq_len=args.seq_len, attn_impl="reference" if args.ours_ref else "sdpa"))
+    hf = hf_twin(ours)
+    ours_step = make_step(torch.compile(ours) if args.compile else ours,
+                          lambda lg, t: cross_entropy(lg, t, impl=impl),
+                          build_optimizer(ours, 1e-4, 0.1, impl=impl), dtype)
+    hf_step = make_step(lambda ids: hf(input_ids=ids).logits,
+                        lambda lg, t: F.cross_entropy(lg.float().flatten(0, 1), t.flatten()),
+                        torch.optim.AdamW(hf.parameters(), lr=1e-4, weight_decay=0.1, fused=True), dtype)
+    times: dict[str, list[float]] = {"ours": [], "hf": []}
+    for i in range(args.warmup + args.steps):
+        for name, fn in (("ours", ours_step), ("hf", hf_step)):
+            t0 = time.perf_counter()
+            fn(x, y)
+            if i >= args.warmup:
+                times[name].append(time.perf_counter() - t0)
+    tokens = x.numel()
+    tok_s = tokens / statistics.median(times["ours"])
+    hf_tok_s = tokens / statistics.median(times["hf"])
+    peak = measure_matmul_peak_gflops(DTYPES[dtype], n=1536, seconds=1.0)
+    flops = model_stats(ours, ours.config, args.seq_len).flops_per_token_train
+    return {"dtype": dtype, "tok_s": round(tok_s, 1), "hf_tok_s": round(hf_tok_s, 1), "ratio": round(tok_s / hf_tok_s, 3),
+            "gflop_s": round(tok_s * flops / 1e9, 1), "hf_gflop_s": round(hf_tok_s * flops / 1e9, 1),
+            "peak_gflops": round(peak, 1), "mfu": round(tok_s * flops / (peak * 1e9), 4),
+            "hf_mfu": round(hf_tok_s * flops / (peak * 1e9), 4)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--compile", action="store_true", help="torch.compile our model")
+    ap.add_argument("--ours-ref", action="store_true", help="our from-scratch attention, loss and AdamW")
+    ap.add_argument("--threads", type=int, default=0)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 8192, (args.batch_size, args.seq_len + 1), generator=g)
+    x, y = ids[:, :-1], ids[:, 1:]
+    results = [run_dtype(d, args, x, y) for d in args.dtypes.split(",")]
+    print(json.dumps({"benchmark": "train_step", "shape": "llama-small vocab 8192 L6 D384 H6/2 d_ff 1024",
+                      "batch": [args.batch_size, args.seq_len], "threads": torch.get_num_threads(),
+                      "compile": args.compile, "ours_reference_path": args.ours_ref, "results": results}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,6 @@
 """Benchmark: loading and saving an HF checkpoint with scratchlm vs transformers, side by side.
 
-    python benchmarks/interop_load_save.py [--family llama|gpt2] [--repeats 3] [--shard-size 20MB]
+    python benchmarks/interop_load_save.py [--family llama|gpt2] [--repeats 3] [--shard-size 20MB] [--threads 1]
 
 Builds a random-weight HF model of the llama-small shape (vocab 8192, 6 layers, D 384, 6 heads, 2 KV
 heads, d_ff 1024) or GPT-2 small-ish (vocab 8192, 6 layers, D 384), saves it sharded, then times
@@ -46,7 +46,10 @@ def main() -> None:
     parser.add_argument("--family", choices=("llama", "gpt2"), default="llama")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--shard-size", default="20MB")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1: on a loaded 2-core machine, 2 threads stall ~50 ms per copy)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     hf = build(args.family).eval()
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,7 +66,7 @@ def main() -> None:
     with torch.no_grad():
         diff = (ours(ids) - hf(ids).logits).abs().max().item()
     print(json.dumps({
-        "benchmark": "interop_load_save", "family": args.family, "torch": torch.__version__,
+        "benchmark": "interop_load_save", "family": args.family, "torch": torch.__version__, "threads": args.threads,
         "params": sum(p.numel() for p in ours.parameters()), "shards": n_shards, "repeats": args.repeats,
         "load_s": {"scratchlm": round(load_ours, 3), "transformers": round(load_hf, 3),
                    "ratio": round(load_ours / load_hf, 2)},

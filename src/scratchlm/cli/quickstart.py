@@ -20,7 +20,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
         print(f"--- {text!r}")
     val = f"{result.val_loss:.4f} nats/token ({result.val_bits_per_byte:.3f} bits/byte)" if result.val_loss else "n/a"
     print(f"\nvalidation loss: {val}")
-    print(f"model + tokenizer: {result.checkpoint}  (scratchlm generate --model {result.checkpoint} ...)")
+    print(f"model + tokenizer: {result.checkpoint}  (scratchlm generate --checkpoint {result.checkpoint} --prompt ...)")
     print(f"loss curve: {result.out_dir / 'loss.png'}; metrics: {result.out_dir / 'metrics.jsonl'}")
     return 0
 

@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import load_file, save
 
 from scratchlm.checkpoint import CONFIG_NAME, WEIGHTS_NAME, load_config, load_model, save_model
-from scratchlm.io_utils import atomic_write, atomic_write_text
+from scratchlm.io_utils import atomic_write, atomic_write_text, read_json_object
 from scratchlm.model import TransformerLM
 
 STATE_JSON = "trainer_state.json"
@@ -118,12 +118,7 @@ def save_checkpoint(
 def read_state_json(ckpt: Path) -> dict[str, Any]:
     """trainer_state.json with clear errors for missing, foreign or corrupt files."""
     path = ckpt / STATE_JSON
-    if not path.exists():
-        raise FileNotFoundError(f"{ckpt} is not a scratchlm training checkpoint: {path} is missing")
-    try:
-        meta = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}); the checkpoint is corrupt") from None
+    meta = read_json_object(path, f"{ckpt} is not a scratchlm training checkpoint: {path} is missing")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"{path} is not a scratchlm trainer state (format {FORMAT!r} expected)")
     return meta

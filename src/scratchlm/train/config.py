@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scratchlm.io_utils import read_json_object
 from scratchlm.train.losses import LOSS_IMPLS
 from scratchlm.train.optim import OPTIMIZER_IMPLS
 from scratchlm.train.schedule import SCHEDULES
@@ -124,15 +125,7 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> "TrainConfig":
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"config file {path} does not exist")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"config file {path} is not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"config file {path} must hold a JSON object of TrainConfig fields")
+        data = read_json_object(path, f"config file {path} does not exist")
         return cls.from_dict(data)
 
     def with_overrides(self, overrides: dict[str, Any]) -> "TrainConfig":
@@ -147,7 +140,7 @@ class TrainConfig:
         return TrainConfig.from_dict(data)
 
 
-def _coerce(key: str, raw: str) -> Any:
+def _coerce(raw: str) -> Any:
     """Parse a command-line value: JSON when it parses (numbers, bools, null), else the raw string."""
     try:
         return json.loads(raw)
@@ -169,6 +162,6 @@ def parse_cli_overrides(args: list[str]) -> dict[str, Any]:
             if i + 1 >= len(args) or args[i + 1].startswith("--"):
                 raise ValueError(f"override --{key} has no value; write --{key}=VALUE")
             raw, i = args[i + 1], i + 1
-        out[key.replace("-", "_")] = _coerce(key, raw)
+        out[key.replace("-", "_")] = _coerce(raw)
         i += 1
     return out

@@ -25,7 +25,9 @@ from scratchlm.io_utils import atomic_write_text
 from scratchlm.model import TransformerLM
 from scratchlm.model_stats import model_stats
 from scratchlm.train import distributed as D
-from scratchlm.train.checkpoint import TrainerState, find_checkpoint, load_checkpoint, save_checkpoint
+from scratchlm.train.checkpoint import (
+    TrainerState, find_checkpoint, load_checkpoint, read_state_json, save_checkpoint,
+)
 from scratchlm.train.clip import clip_grad_norm, global_grad_norm
 from scratchlm.train.config import TrainConfig
 from scratchlm.train.data_source import DataSource, to_device
@@ -98,7 +100,7 @@ class Trainer:
             self.metrics.truncate_after(state.step)
             return state
         if ckpt is not None:
-            step = json.loads((ckpt / "trainer_state.json").read_text())["trainer"]["step"]
+            step = read_state_json(ckpt)["trainer"]["step"]
             raise ValueError(f"{self.out} already holds a checkpoint at step {step}; pass --resume to continue it "
                              "or choose another out_dir (nothing was overwritten)")
         if self.info.is_main:

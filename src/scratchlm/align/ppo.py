@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from scratchlm.align.kl import kl_estimate
-from scratchlm.align.logprobs import masked_mean, masked_sum
+from scratchlm.align.logprobs import masked_mean, masked_sum, pack_prompt_completion
 from scratchlm.align.surrogate import aggregate_loss, clipped_surrogate
 from scratchlm.model import TransformerLM
 from scratchlm.nn.linear import Linear
@@ -121,3 +121,12 @@ def ppo_value_loss(
     v_clip = old_values + (values - old_values).clamp(-clip_range_value, clip_range_value)
     per_token = torch.maximum((values - returns).square(), (v_clip - returns).square())
     return 0.5 * masked_mean(per_token, mask)
+
+
+def completion_values(critic: ValueModel, prompts: list[list[int]], completions: list[list[int]]) -> torch.Tensor:
+    """V_t for every completion token (B, L): the critic's value at the position that predicts token t
+    (the state before emitting it), 0 at padding."""
+    ids, index, mask = pack_prompt_completion(prompts, completions)
+    device = critic.value_head.weight.device
+    values = critic(ids.to(device))  # (B, T)
+    return values.gather(1, (index - 1).to(device)) * mask.to(device)

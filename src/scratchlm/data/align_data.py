@@ -1,0 +1,110 @@
+"""Post-training datasets (JSONL, one object per line) and their tokenisation.
+
+chat:        {"messages": [{"role": "system"|"user"|"assistant", "content": str}, ...]}
+             -> ids + loss mask (1 on assistant tokens) via the ChatML template. At least one assistant turn.
+preference:  {"prompt": str | messages, "chosen": str, "rejected": str}
+rl prompts:  {"prompt": str | messages, "reward": NAME, ...fields for the reward, e.g. "answer": "7"}
+             ("reward" may be omitted when a default reward name is given).
+Prompt rule: a prompt given as a list of messages is rendered with the chat template plus the
+generation prompt, and completions end with <|im_end|>; a prompt given as a plain string is encoded
+as is (raw completion task) and completions end with <|endoftext|>.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scratchlm.data.jsonl import check_messages, read_jsonl, require_str
+from scratchlm.tokenizer.chat_template import IM_END, render_chat
+
+EOT = "<|endoftext|>"
+
+
+@dataclass
+class PreferencePair:
+    prompt: str | list[dict[str, str]]
+    chosen: str
+    rejected: str
+
+
+@dataclass
+class RLPrompt:
+    prompt: str | list[dict[str, str]]
+    reward: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def _prompt(record: dict[str, Any]) -> str | list[dict[str, str]]:
+    p = record.get("prompt")
+    if isinstance(p, list):
+        return check_messages(p, "prompt")
+    return require_str(record, "prompt")
+
+
+def _chat(record: dict[str, Any]) -> list[dict[str, str]]:
+    messages = check_messages(record.get("messages"))
+    if not any(m["role"] == "assistant" for m in messages):
+        raise ValueError("the conversation has no assistant message, so SFT has nothing to learn from it")
+    return messages
+
+
+def _preference(record: dict[str, Any]) -> PreferencePair:
+    return PreferencePair(_prompt(record), require_str(record, "chosen"), require_str(record, "rejected"))
+
+
+def load_chat_jsonl(path: str | Path) -> list[list[dict[str, str]]]:
+    """Conversations from chat JSONL (module docstring)."""
+    return read_jsonl(path, _chat, "chat")
+
+
+def load_preference_jsonl(path: str | Path) -> list[PreferencePair]:
+    """Pairs from preference JSONL (module docstring)."""
+    return read_jsonl(path, _preference, "preference")
+
+
+def load_rl_prompts_jsonl(path: str | Path, default_reward: str | None = None) -> list[RLPrompt]:
+    """RL prompts; each names its reward function (checked against rewards.REWARDS) or uses default_reward."""
+    from scratchlm.align.rewards import REWARDS
+
+    def parse(record: dict[str, Any]) -> RLPrompt:
+        name = record.get("reward", default_reward)
+        if name not in REWARDS:
+            raise ValueError(f"reward {name!r} is not a known reward function; valid: {sorted(REWARDS)} "
+                             "(set \"reward\" on the line or pass a default)")
+        fields = {k: v for k, v in record.items() if k not in ("prompt", "reward")}
+        return RLPrompt(_prompt(record), name, fields)
+
+    return read_jsonl(path, parse, "RL prompt")
+
+
+def end_token(tok: Any, prompt: str | list) -> int:
+    """The id that ends a completion of this prompt: <|im_end|> for chat prompts, <|endoftext|> for raw ones."""
+    name = IM_END if isinstance(prompt, list) else EOT
+    if name not in tok.special_token_ids:
+        raise ValueError(f"the tokenizer has no {name} special token; train it with the default special tokens")
+    return tok.special_token_ids[name]
+
+
+def encode_prompt(tok: Any, prompt: str | list[dict[str, str]]) -> list[int]:
+    """Prompt ids: chat template + generation prompt for messages, plain encoding for a string."""
+    if isinstance(prompt, list):
+        return render_chat(tok, prompt, add_generation_prompt=True)[0]
+    return tok.encode(prompt)
+
+
+def encode_completion(tok: Any, prompt: str | list, text: str) -> list[int]:
+    """Completion ids: the text followed by the end token for this kind of prompt."""
+    return tok.encode_ordinary(text) + [end_token(tok, prompt)]
+
+
+def encode_chat(tok: Any, conversations: list[list[dict[str, str]]]) -> list[tuple[list[int], list[int]]]:
+    """(ids, loss_mask) per conversation through render_chat."""
+    return [render_chat(tok, messages) for messages in conversations]
+
+
+def encode_preferences(tok: Any, pairs: list[PreferencePair]) -> list[tuple[list[int], list[int], list[int]]]:
+    """(prompt_ids, chosen_ids, rejected_ids) per pair."""
+    return [(encode_prompt(tok, p.prompt), encode_completion(tok, p.prompt, p.chosen),
+             encode_completion(tok, p.prompt, p.rejected)) for p in pairs]

@@ -1,47 +1,53 @@
-"""A model trained a few optimizer steps with scratchlm exports to HF and transformers reproduces its logits."""
+"""A model pretrained with `scratchlm train` exports with `scratchlm convert --to-hf` and transformers
+reproduces its logits (Llama-style and GPT-2-style architectures)."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
 
-import scratchlm
-from scratchlm.config import get_preset
-from scratchlm.model import TransformerLM
+from scratchlm.checkpoint import load_model
+from scratchlm.cli.main import main
+from scratchlm.data.token_file import write_token_file
+
+ARCHS = {
+    "llama": ["--model_preset=llama-tiny", "--model.tie_embeddings=false", "--model.qkv_bias=true",
+              "--model.n_kv_heads=2"],
+    "gpt2": ["--model_preset=gpt2-tiny", "--model.n_kv_heads=4"],  # the smoke preset sets GQA; GPT-2 is MHA
+}
 
 
-def _batches(shared_data, vocab_size: int, n: int, batch: int = 4, length: int = 32) -> list[torch.Tensor]:
-    """Byte-level (B, T+1) windows of tinyshakespeare (ids = bytes, all < 256 <= vocab_size)."""
-    data = torch.tensor(list((shared_data / "tinyshakespeare.txt").read_bytes()[:50_000]), dtype=torch.long)
-    assert int(data.max()) < vocab_size
-    g = torch.Generator().manual_seed(0)
-    starts = torch.randint(0, len(data) - length - 1, (n, batch), generator=g)
-    return [torch.stack([data[s:s + length + 1] for s in row]) for row in starts]
+@pytest.fixture(scope="module")
+def shakespeare_bytes(shared_data, tmp_path_factory):
+    """Byte-level token file (vocab 256) of the first 60 kB of tinyshakespeare."""
+    ids = np.frombuffer((shared_data / "tinyshakespeare.txt").read_bytes()[:60_000], dtype=np.uint8)
+    path = tmp_path_factory.mktemp("data") / "shk.bin"
+    write_token_file(path, [ids.astype(np.int64)], 256)
+    return path
 
 
-@pytest.mark.parametrize("preset,overrides", [
-    ("llama-tiny", dict(tie_embeddings=False, qkv_bias=True)),
-    ("gpt2-tiny", dict()),
-])
-def test_trained_model_exports_with_identical_logits(shared_data, tmp_path, preset, overrides):
-    config = get_preset(preset, vocab_size=256, d_model=64, n_layers=2, max_seq_len=64, **overrides)
-    model = TransformerLM(config)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
-    losses = []
-    batches = _batches(shared_data, config.vocab_size, n=8)
-    for batch in batches:
-        loss = F.cross_entropy(model(batch[:, :-1]).flatten(0, 1), batch[:, 1:].flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    assert losses[-1] < losses[0] - 0.5  # it really trained
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_trained_model_exports_with_identical_logits(shakespeare_bytes, tmp_path, arch):
+    run, hf_dir = tmp_path / "run", tmp_path / "hf"
+    args = ["train", "--preset", "smoke", f"--train_data={shakespeare_bytes}", f"--out_dir={run}",
+            "--max_steps=12", "--warmup_steps=2", "--eval_interval=12", "--eval_batches=1", "--ckpt_interval=12",
+            "--log_interval=4", "--batch_size=4", "--seq_len=32", "--peak_gflops=1", "--progress=false",
+            "--model.d_model=64", "--model.n_layers=2", "--model.n_heads=4", "--model.max_seq_len=64",
+            "--model.attn_impl=reference", *ARCHS[arch]]
+    assert main(args) == 0
+    losses = [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+    assert len(losses) >= 3 and losses[-1] < losses[0] - 0.5  # it really trained
+    trained = load_model(run / "checkpoint").eval()
 
-    directory = scratchlm.save_pretrained(model, tmp_path / "hf")
-    hf = AutoModelForCausalLM.from_pretrained(directory).eval()
-    ids = batches[0][:, :-1]
+    assert main(["convert", "--to-hf", str(run / "checkpoint"), "--out", str(hf_dir)]) == 0
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir).eval()
+    assert hf.config.model_type == ("gpt2" if arch == "gpt2" else "qwen2")
+    ids = torch.tensor(np.frombuffer(b"First Citizen:\nBefore we proceed any further", dtype=np.uint8)).long()[None]
     with torch.no_grad():
-        ours, theirs = model(ids), hf(ids).logits
+        ours, theirs = trained(ids), hf(ids).logits
     assert (ours - theirs).abs().max().item() <= 1e-4
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))

@@ -99,3 +99,17 @@ def test_save_pretrained_with_tokenizer_round_trips(bpe_tok, tmp_path):
     assert back.special_token_ids == bpe_tok.special_token_ids
     assert AutoTokenizer.from_pretrained(directory)(TEXT)["input_ids"] == bpe_tok.encode(TEXT)
     assert AutoConfig.from_pretrained(directory).eos_token_id == eos
+
+
+def test_from_hf_with_unsupported_tokenizer_copies_it_and_says_why(tmp_path, capsys):
+    """A tokenizer.json scratchlm cannot read (here: a WordLevel model) travels unchanged; the model converts."""
+    from tokenizers import models as tok_models
+
+    src = tmp_path / "hf"
+    build_hf("llama_tied_gqa").save_pretrained(src)
+    Tokenizer(tok_models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]")).save(str(src / "tokenizer.json"))
+    assert main(["convert", "--from-hf", str(src), "--out", str(tmp_path / "ours")]) == 0
+    assert "not converted to scratchlm's format" in capsys.readouterr().out
+    assert (tmp_path / "ours" / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
+    with pytest.raises(FileNotFoundError):
+        ScratchTokenizer.load(tmp_path / "ours")

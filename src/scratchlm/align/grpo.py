@@ -33,6 +33,7 @@ from scratchlm.align.surrogate import LOSS_AGGREGATIONS, aggregate_loss, clipped
 
 SCALE_REWARDS = ("group", "batch", "none")
 IMPORTANCE_LEVELS = ("token", "sequence")
+GRPO_PRESETS = ("grpo", "dr_grpo", "dapo", "gspo")
 
 
 @dataclass

@@ -20,6 +20,10 @@ COMMANDS: tuple[str, ...] = (
     "scratchlm.cli.generate",
     "scratchlm.cli.chat",
     "scratchlm.cli.viz",
+    "scratchlm.cli.sft",
+    "scratchlm.cli.dpo",
+    "scratchlm.cli.ppo",
+    "scratchlm.cli.grpo",
 )
 
 

@@ -1,0 +1,67 @@
+"""Rollouts: groups from the generation engine, log-probs at the sampling temperature, DAPO drop-and-refill."""
+
+from __future__ import annotations
+
+import torch
+
+from scratchlm.align.grpo import preset
+from scratchlm.align.grpo_trainer import GRPOTrainConfig, collect_rollout
+from scratchlm.align.rollout import sample_rollouts, score_rollout
+from scratchlm.align.toy_task import addition_prompts, byte_tokenizer, toy_model_config
+from scratchlm.align.trainer_common import index_batches
+from scratchlm.data.align_data import RLPrompt
+from scratchlm.generate.sampling import SamplingParams, process_logits
+from scratchlm.model import TransformerLM
+
+
+def _model(tok):
+    torch.manual_seed(0)
+    return TransformerLM(toy_model_config(tok.vocab_size, d_model=32, n_layers=1)).eval()
+
+
+def test_rollout_groups_rewards_and_truncation():
+    tok, ex = byte_tokenizer(), addition_prompts(2)
+    model = _model(tok)
+    ro = sample_rollouts(model, tok, ex, [0, 4], group_size=3, max_new_tokens=3, temperature=1.0, seed=0)
+    eot = tok.special_token_ids["<|endoftext|>"]
+    assert ro.example_ids == [0, 0, 0, 4, 4, 4] and ro.prompts[3] == list(b"1+1=")
+    for c, text, trunc, r, i in zip(ro.completions, ro.texts, ro.truncated, ro.rewards, ro.example_ids):
+        assert bool(trunc) == (c[-1] != eot) and len(c) <= 3
+        assert text == tok.decode(c if trunc else c[:-1])
+        assert float(r) == float(text.strip() == ex[i].fields["answer"])
+    again = sample_rollouts(model, tok, ex, [0, 4], 3, 3, 1.0, seed=0)
+    assert again.completions == ro.completions  # seeded
+
+
+def test_scored_logprobs_are_the_samplers_distribution():
+    """log-probs at T equal log softmax of the engine's processed logits (temperature only) for each token."""
+    tok, ex = byte_tokenizer(), addition_prompts(2)
+    model = _model(tok)
+    ro = sample_rollouts(model, tok, ex, [1, 2], 2, 3, temperature=0.7, seed=1)
+    logp = score_rollout(model, ro, 0.7)
+    params = SamplingParams(temperature=0.7)
+    with torch.no_grad():
+        for b, (p, c) in enumerate(zip(ro.prompts, ro.completions)):
+            logits = model(torch.tensor([p + c]))[0]
+            for j, t in enumerate(c):
+                dist = torch.log_softmax(process_logits(logits[len(p) + j - 1][None].float(), params), -1)[0]
+                assert torch.allclose(logp[b, j], dist[t], atol=1e-5)
+
+
+def test_dynamic_sampling_keeps_only_informative_groups():
+    tok = byte_tokenizer()
+    # even prompts: reward 1 iff both sampled bytes are ASCII (about 1/4 of random completions: mixed groups);
+    # odd prompts: "contains" the empty string, always 1, so their groups are always degenerate
+    ex = [RLPrompt(f"{i}=", "regex_match", {"pattern": "[\\x00-\\x7f]*"}) if i % 2 == 0
+          else RLPrompt(f"{i}=", "contains", {"answer": ""}) for i in range(10)]
+    model = _model(tok)
+    cfg = GRPOTrainConfig(prompts_per_step=3, group_size=4, max_new_tokens=2, max_refill_rounds=6,
+                          loss=preset("dapo"))
+    ro, info = collect_rollout(model, tok, ex, index_batches(len(ex), 3, 0), cfg, step=0)
+    groups = ro.rewards.reshape(-1, 4)
+    assert bool((groups != groups[:, :1]).any(1).all())  # no all-equal group survives
+    assert info["groups"] == len(groups) == 3 and info["rounds"] >= 2  # some groups were dropped and refilled
+    assert all(i % 2 == 0 for i in ro.example_ids)
+    plain = GRPOTrainConfig(prompts_per_step=3, group_size=4, max_new_tokens=2, loss=preset("grpo"))
+    ro2, info2 = collect_rollout(model, tok, ex, index_batches(len(ex), 3, 0), plain, step=0)
+    assert len(ro2.prompts) == 12 and info2["rounds"] == 1

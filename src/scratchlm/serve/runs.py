@@ -38,7 +38,10 @@ class RequestRun:
         self.error: str | None = None
 
     def _sink(self, event: Event) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        except RuntimeError:  # the request's event loop is closed: nobody listens; never break the scheduler
+            pass
 
     def start(self) -> None:
         self.scheduler.submit(self.sequences)

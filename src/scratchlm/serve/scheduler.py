@@ -54,6 +54,7 @@ class Scheduler:
         self.slots = SlotCache(model, max_batch)
         self.pad_id = pad_id
         self.rows: list[Sequence] = []  # rows[i] is the sequence in cache row i
+        self.joining: list[Sequence] = []  # taken from `waiting`, being prefilled this step
         self.waiting: deque[Sequence] = deque()
         self.stats = SchedulerStats()
         self._cond = threading.Condition()
@@ -118,9 +119,10 @@ class Scheduler:
         for row in reversed(range(len(self.rows))):
             if self.rows[row].cancelled:
                 self._remove_row(row)
-        joining = self._take_waiting()
-        if joining:
-            self._admit(joining)
+        self.joining = self._take_waiting()  # kept on self so that _fail_all reaches them too
+        if self.joining:
+            self._admit(self.joining)
+        self.joining = []
         if self.rows:
             self._decode()
         self.stats.active = len(self.rows)
@@ -184,8 +186,9 @@ class Scheduler:
     def _fail_all(self, message: str) -> None:
         """After an internal error: fail every running and waiting sequence and start clean."""
         with self._cond:
-            victims = self.rows + list(self.waiting)
+            victims = self.rows + [s for s in self.joining if s not in self.rows] + list(self.waiting)
             self.waiting.clear()
+            self.joining = []
         for s in victims:
             s.fail(message)
         self.stats.errors += len(victims)

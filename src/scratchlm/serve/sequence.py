@@ -36,7 +36,7 @@ Event = TextDelta | Finished
 Sink = Callable[[Event], None]
 
 
-@dataclass
+@dataclass(eq=False)  # identity equality: two jobs with equal fields are still different jobs
 class Sequence:
     """State of one choice being generated: prompt (P,), tokens generated so far, stop state."""
 

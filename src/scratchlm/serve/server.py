@@ -92,11 +92,15 @@ def event_lines(shape: ResponseShape, event: Event) -> str:
     """The SSE text of one scheduler event: a text chunk, or [an error and] the finish chunk."""
     if not isinstance(event, Finished):
         return sse(shape.chunk(event.index, text=event.text))
-    error = "" if event.error is None else sse(APIError(500, f"generation failed: {event.error}", "server_error").body())
-    return error + sse(shape.chunk(event.index, finish_reason=event.finish_reason))
+    finish = sse(shape.chunk(event.index, finish_reason=event.finish_reason))
+    if event.error is None:
+        return finish
+    return sse(APIError(500, f"generation failed: {event.error}", "server_error").body()) + finish
 
 
-async def stream_events(run: RequestRun, shape: ResponseShape, prompt_tokens: int, include_usage: bool) -> AsyncIterator[str]:
+async def stream_events(
+    run: RequestRun, shape: ResponseShape, prompt_tokens: int, include_usage: bool
+) -> AsyncIterator[str]:
     """SSE body: the chat role chunk, text chunks, one finish chunk per choice, [usage], [DONE]."""
     try:
         if shape.chat:
@@ -150,7 +154,8 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        err = APIError(exc.status_code, str(exc.detail), "invalid_request_error" if exc.status_code < 500 else "server_error")
+        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        err = APIError(exc.status_code, str(exc.detail), kind)
         return JSONResponse(err.body(), status_code=exc.status_code)
 
     @app.exception_handler(Exception)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from tqdm import tqdm
@@ -96,7 +96,8 @@ def ppo_update(model, critic, rollout: Rollout, t: dict[str, torch.Tensor], cfg:
 
 
 def train_ppo(model: TransformerLM, tok: Any, examples: list[RLPrompt], cfg: PPOTrainConfig,
-              progress: bool = True) -> tuple[list[dict[str, Any]], ValueModel]:
+              progress: bool = True, on_step: Callable[[dict[str, Any]], None] | None = None,
+              ) -> tuple[list[dict[str, Any]], ValueModel]:
     """cfg.steps PPO steps in place on `model`; returns per-step metrics and the trained critic."""
     torch.manual_seed(cfg.seed)
     ref = frozen_copy(model)
@@ -115,4 +116,6 @@ def train_ppo(model: TransformerLM, tok: Any, examples: list[RLPrompt], cfg: PPO
                   **ppo_update(model, critic, rollout, targets, cfg, stepper)}
         history.append(record)
         bar.set_postfix(reward=f"{record['reward']:.3f}")
+        if on_step is not None:
+            on_step(record)
     return history, critic

@@ -59,6 +59,13 @@ def load_policy(args: argparse.Namespace) -> tuple[TransformerLM, Any]:
     return model, Tokenizer.load(args.checkpoint)
 
 
+def reward_summary(history: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean sampled reward over the first and the last fifth of the RL steps."""
+    k = max(1, len(history) // 5)
+    return {"reward_first_steps": sum(h["reward"] for h in history[:k]) / k,
+            "reward_last_steps": sum(h["reward"] for h in history[-k:]) / k}
+
+
 def finish(model: TransformerLM, tok: Any, args: argparse.Namespace, cfg: Any, history: list[dict[str, Any]],
            summary: dict[str, Any]) -> int:
     """Save the run to --out and print the JSON summary."""

@@ -14,7 +14,8 @@ from scratchlm.align.grpo import GRPO_PRESETS, IMPORTANCE_LEVELS, SCALE_REWARDS,
 from scratchlm.align.grpo_trainer import GRPOTrainConfig, train_grpo
 from scratchlm.align.kl import KL_ESTIMATORS
 from scratchlm.align.surrogate import LOSS_AGGREGATIONS
-from scratchlm.cli.align_common import add_common_args, add_rollout_args, finish, load_policy, optim_from_args
+from scratchlm.cli.align_common import (add_common_args, add_rollout_args, finish, load_policy, optim_from_args,
+                                         reward_summary)
 from scratchlm.data.align_data import load_rl_prompts_jsonl
 
 LOSS_FLAGS = {f.name for f in dataclasses.fields(GRPOLossConfig)}
@@ -37,9 +38,7 @@ def run(args: argparse.Namespace) -> int:
         micro_batch=args.micro_batch, max_refill_rounds=args.max_refill_rounds, seed=args.seed,
         loss=loss_config(args), optim=optim_from_args(args))
     history = train_grpo(model, tok, examples, cfg)
-    k = max(1, len(history) // 5)
-    summary = {"preset": args.preset, "reward_first_steps": sum(h["reward"] for h in history[:k]) / k,
-               "reward_last_steps": sum(h["reward"] for h in history[-k:]) / k}
+    summary = {"preset": args.preset, **reward_summary(history)}
     return finish(model, tok, args, cfg, history, summary)
 
 

@@ -10,7 +10,8 @@ import argparse
 
 from scratchlm.align.kl import KL_ESTIMATORS
 from scratchlm.align.ppo_trainer import PPOTrainConfig, train_ppo
-from scratchlm.cli.align_common import add_common_args, add_rollout_args, finish, load_policy, optim_from_args
+from scratchlm.cli.align_common import (add_common_args, add_rollout_args, finish, load_policy, optim_from_args,
+                                         reward_summary)
 from scratchlm.data.align_data import load_rl_prompts_jsonl
 
 
@@ -25,9 +26,7 @@ def run(args: argparse.Namespace) -> int:
         whiten_rewards=args.whiten_rewards, missing_eos_penalty=args.missing_eos_penalty, seed=args.seed,
         optim=optim_from_args(args))
     history, _ = train_ppo(model, tok, examples, cfg)
-    k = max(1, len(history) // 5)
-    summary = {"reward_first_steps": sum(h["reward"] for h in history[:k]) / k,
-               "reward_last_steps": sum(h["reward"] for h in history[-k:]) / k}
+    summary = reward_summary(history)
     return finish(model, tok, args, cfg, history, summary)
 
 

@@ -82,13 +82,20 @@ def run(name: str, cfg: TrainConfig, val_path: Path, budget: float) -> dict:
             "val_curve": [(round(t, 1), round(v, 4)) for t, v in vals]}
 
 
+def _value(raw: str):
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=130.0)
     ap.add_argument("--skip-baseline", action="store_true")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override our preset")
     args = ap.parse_args()
-    overrides = {k: json.loads(v) if v[:1] in "0123456789-[{tf" else v for k, _, v in (s.partition("=") for s in args.set)}
+    overrides = {k: _value(v) for k, _, v in (s.partition("=") for s in args.set)}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         train_path, val_path = char_token_files(root)

@@ -1,12 +1,14 @@
 """`scratchlm train` and `scratchlm quickstart` end to end, config validation and override parsing."""
 
 import json
+import math
 
 import pytest
 
 from scratchlm.checkpoint import load_model
 from scratchlm.cli.main import main
 from scratchlm.data.corpus import default_corpus, load_corpus
+from scratchlm.data.token_file import open_token_file
 from scratchlm.tokenizer import Tokenizer
 from scratchlm.train.config import TrainConfig, parse_cli_overrides
 from scratchlm.train.presets import TRAIN_PRESETS, get_train_preset
@@ -71,6 +73,10 @@ def test_quickstart_end_to_end_on_user_text(tmp_path, shared_data):
                         max_bytes=60_000, progress=False, max_steps=8, warmup_steps=2, seq_len=16, batch_size=4,
                         eval_interval=8, eval_batches=2, peak_gflops=1.0, **tiny)
     assert result.val_loss is not None and result.val_loss < 6.0  # ln(400) = 5.99 is chance
+    ids = open_token_file(out / "tokens.bin")
+    val = [int(i) for i in ids[int(len(ids) * 0.9):]]  # the last 10% of the tokens
+    n_bytes = len(Tokenizer.load(result.checkpoint).decode_bytes(val))
+    assert result.val_bits_per_byte == pytest.approx(result.val_loss * len(val) / n_bytes / math.log(2), rel=1e-9)
     model = load_model(result.checkpoint)
     tok = Tokenizer.load(result.checkpoint)
     assert model.config.vocab_size == tok.vocab_size

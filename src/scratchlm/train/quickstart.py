@@ -16,7 +16,8 @@ from typing import Any
 
 from scratchlm.checkpoint import load_model
 from scratchlm.data.corpus import default_corpus, load_corpus
-from scratchlm.data.token_file import write_token_file
+from scratchlm.data.batches import train_val_split
+from scratchlm.data.token_file import open_token_file, write_token_file
 from scratchlm.io_utils import atomic_write_text
 from scratchlm.train.checkpoint import find_checkpoint
 from scratchlm.train.loop import train
@@ -35,8 +36,8 @@ class QuickstartResult:
     samples: dict[str, str]
 
 
-def build_tokens(out: Path, data: str | None, max_bytes: int, vocab_size: int, progress: bool) -> tuple[int, int, int]:
-    """Write OUT/corpus.txt, OUT/tokenizer/ and OUT/tokens.bin; returns (vocab, n_tokens, n_bytes)."""
+def build_tokens(out: Path, data: str | None, max_bytes: int, vocab_size: int, progress: bool) -> int:
+    """Write OUT/corpus.txt, OUT/tokenizer/ and OUT/tokens.bin; returns the vocab size."""
     from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
     from scratchlm.tokenizer.streaming import encode_stream_chunks
 
@@ -48,7 +49,16 @@ def build_tokens(out: Path, data: str | None, max_bytes: int, vocab_size: int, p
     tok.save(out / "tokenizer")
     n_tokens = write_token_file(out / "tokens.bin", encode_stream_chunks(tok, [text]), tok.vocab_size)
     print(f"tokenizer: {tok.vocab_size} tokens -> {out / 'tokenizer'}; corpus = {n_tokens:,} tokens", flush=True)
-    return tok.vocab_size, n_tokens, len(text.encode("utf-8"))
+    return tok.vocab_size
+
+
+def val_bits_per_byte(val_loss: float, out: Path, val_fraction: float) -> float:
+    """Loss in bits per UTF-8 byte of the validation split (its own tokens/bytes ratio)."""
+    from scratchlm.tokenizer import Tokenizer
+
+    _, val = train_val_split(open_token_file(out / "tokens.bin"), val_fraction)
+    n_bytes = len(Tokenizer.load(out / "tokenizer").decode_bytes(val.tolist()))
+    return bits_per_byte(val_loss, len(val), n_bytes)
 
 
 def sample(checkpoint: Path, prompts: tuple[str, ...] = PROMPTS, max_new_tokens: int = 60, seed: int = 0) -> dict[str, str]:
@@ -75,10 +85,10 @@ def quickstart(
             raise ValueError(f"{out} already holds a trained model; pass --overwrite to replace it or --out NEW_DIR")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    vocab, n_tokens, n_bytes = build_tokens(out, data, max_bytes, vocab_size, progress)
+    vocab = build_tokens(out, data, max_bytes, vocab_size, progress)
     cfg = get_train_preset("quickstart", train_data=str(out / "tokens.bin"), tokenizer_dir=str(out / "tokenizer"),
                            out_dir=str(out), max_time_s=minutes * 60, progress=progress, **{"model.vocab_size": vocab},
                            **overrides)
     result = train(cfg)
-    bpb = bits_per_byte(result.val_loss, n_tokens, n_bytes) if result.val_loss is not None else None
+    bpb = val_bits_per_byte(result.val_loss, out, cfg.val_fraction) if result.val_loss is not None else None
     return QuickstartResult(out, result.checkpoint, result.val_loss, bpb, sample(result.checkpoint))

@@ -169,3 +169,14 @@ def test_kl_term_and_config_errors():
     with pytest.raises(ValueError, match="unknown GRPO preset"):
         preset("ppo")
     assert preset("dapo").eps_high == 0.28 and preset("gspo").clip_low == 3e-4
+
+
+def test_kl_is_correction_scales_by_the_ratio_off_policy():
+    logp = torch.log(torch.tensor([[0.5, 0.4]], dtype=torch.float64))
+    old = logp - 0.1  # rho = e^{0.1}, inside the clip range
+    ref = torch.log(torch.tensor([[0.25, 0.4]], dtype=torch.float64))
+    cfg = preset("grpo", beta=0.5, clip_low=0.2, kl_is_correction=True)
+    loss, _ = grpo_loss(logp, old, torch.zeros(1, dtype=torch.float64), torch.ones(1, 2, dtype=torch.float64), cfg,
+                        ref_logp=ref)
+    k3 = 0.5 - 1 + math.log(2)  # token 0; token 1 has ref = logp -> 0
+    assert loss.item() == pytest.approx(0.5 * math.exp(0.1) * k3 / 2, rel=1e-12)

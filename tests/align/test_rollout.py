@@ -65,3 +65,18 @@ def test_dynamic_sampling_keeps_only_informative_groups():
     plain = GRPOTrainConfig(prompts_per_step=3, group_size=4, max_new_tokens=2, loss=preset("grpo"))
     ro2, info2 = collect_rollout(model, tok, ex, index_batches(len(ex), 3, 0), plain, step=0)
     assert len(ro2.prompts) == 12 and info2["rounds"] == 1
+
+
+def test_grpo_training_is_reproducible_with_a_seed():
+    from scratchlm.align.grpo_trainer import train_grpo
+    from scratchlm.align.trainer_common import OptimConfig
+
+    tok, ex = byte_tokenizer(), addition_prompts(2)
+    runs = []
+    for _ in range(2):
+        model = _model(tok).train()
+        cfg = GRPOTrainConfig(steps=3, prompts_per_step=2, group_size=4, max_new_tokens=2, seed=5,
+                              loss=preset("grpo"), optim=OptimConfig(lr=1e-2))
+        history = train_grpo(model, tok, ex, cfg, progress=False)
+        runs.append((history, model.lm_head.weight.detach().clone()))
+    assert runs[0][0] == runs[1][0] and torch.equal(runs[0][1], runs[1][1])

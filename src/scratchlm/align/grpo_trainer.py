@@ -9,12 +9,14 @@ One step:
     4. num_iterations (mu) passes of clipped updates over micro-batches, the aggregation's normaliser
        counting the whole batch (tokens for token-mean, sequences otherwise), one optimizer step per pass.
 With mu = 1 the ratio is 1 in value and the loss gradient is -A grad logp (+ the KL term).
+Logged "reward" = mean task reward of EVERY completion sampled in the step (before the dynamic-sampling
+filter), so settings with and without dynamic sampling are comparable.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -133,7 +135,3 @@ def train_grpo(
         if on_step is not None:
             on_step(record)
     return history
-
-
-def config_dict(cfg: GRPOTrainConfig) -> dict[str, Any]:
-    return asdict(cfg)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scratchlm.align.rewards import REWARDS
 from scratchlm.data.jsonl import check_messages, read_jsonl, require_str
 from scratchlm.tokenizer.chat_template import IM_END, render_chat
 
@@ -66,7 +67,6 @@ def load_preference_jsonl(path: str | Path) -> list[PreferencePair]:
 
 def load_rl_prompts_jsonl(path: str | Path, default_reward: str | None = None) -> list[RLPrompt]:
     """RL prompts; each names its reward function (checked against rewards.REWARDS) or uses default_reward."""
-    from scratchlm.align.rewards import REWARDS
 
     def parse(record: dict[str, Any]) -> RLPrompt:
         name = record.get("reward", default_reward)

@@ -56,6 +56,7 @@ CASES = [
     ("empty-stop", "/completions", {**GOOD_COMPLETION, "stop": ""}, 400, "stop", None),
     ("logprobs-unsupported", "/completions", {**GOOD_COMPLETION, "logprobs": 3}, 400, "logprobs", None),
     ("body-not-object", "/completions", [1, 2, 3], 400, None, None),
+    ("too-many-choices", "/completions", {**GOOD_COMPLETION, "prompt": ["a"] * 5, "n": 16}, 400, "prompt", None),
 ]
 
 

@@ -112,3 +112,13 @@ def test_penalties_match_reference_loop(server, reference):
 
 def test_default_binding_is_loopback(server):
     assert server.url.startswith("http://127.0.0.1:")
+
+
+def test_several_prompts_times_n(server, reference):
+    prompts = ["KING HENRY", "O, what a rogue"]
+    out = client(server).completions.create(model=MODEL, prompt=prompts, max_tokens=8, temperature=0, n=2)
+    assert [ch.index for ch in out.choices] == [0, 1, 2, 3]
+    expected = [ref_completion(reference, p, 8) for p in prompts for _ in range(2)]
+    assert [ch.text for ch in out.choices] == expected
+    _, tok = reference
+    assert out.usage.prompt_tokens == sum(len(tok.encode(p)) for p in prompts)

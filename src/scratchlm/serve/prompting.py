@@ -18,6 +18,7 @@ from scratchlm.serve.protocol import APIError, ChatRequest, CompletionRequest, S
 from scratchlm.tokenizer.chat_template import render_chat
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16
+MAX_CHOICES = 64  # prompts x n per request
 EOT = "<|endoftext|>"
 
 
@@ -91,6 +92,9 @@ def completion_prompts(req: CompletionRequest, tokenizer: Any, vocab_size: int) 
 
 def completion_job(req: CompletionRequest, tokenizer: Any, context: int, vocab_size: int) -> JobSpec:
     prompts = completion_prompts(req, tokenizer, vocab_size)
+    if len(prompts) * req.n > MAX_CHOICES:
+        raise APIError(400, f"{len(prompts)} prompts x n={req.n} = {len(prompts) * req.n} choices exceeds the limit of "
+                       f"{MAX_CHOICES} per request; split the prompts over several requests", param="prompt")
     budgets = [token_budget(len(p), req.max_tokens, COMPLETION_DEFAULT_MAX_TOKENS, context, "max_tokens",
                             "prompt")
                for p in prompts]

@@ -30,6 +30,8 @@ def test_bad_port_and_threads(tiny_checkpoint, capsys):
     assert "70000" in capsys.readouterr().err
     assert main(["serve", "--checkpoint", str(tiny_checkpoint), "--threads", "0"]) == 2
     assert "--threads 0" in capsys.readouterr().err
+    assert main(["serve", "--checkpoint", str(tiny_checkpoint), "--device", "toaster"]) == 2
+    assert "'toaster' is not a torch device" in capsys.readouterr().err
 
 
 def test_default_model_name(tmp_path):

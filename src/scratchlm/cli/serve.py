@@ -15,7 +15,8 @@ def run_serve(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    run_server(args.checkpoint, args.host, args.port, args.api_key, args.model_name, args.max_batch, **limits)
+    run_server(args.checkpoint, args.host, args.port, args.api_key, args.model_name, args.max_batch, **limits,
+               device=args.device)
     return 0
 
 
@@ -34,5 +35,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-batch", type=int, default=32, help="most sequences decoded together (default 32)")
     p.add_argument("--max-body-bytes", type=int, default=None,
                    help="largest request body accepted (default 1 MiB; 413 beyond)")
+    p.add_argument("--device", default="cpu", help="torch device for the model (default cpu; e.g. cuda)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.set_defaults(func=run_serve)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import torch
 import uvicorn
 
 from scratchlm.checkpoint import load_model
@@ -34,6 +35,16 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def check_device(device: str) -> None:
+    """ValueError for a device string torch does not know, or CUDA asked for where there is none."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"--device {device!r} is not a torch device; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device} asked for CUDA but no CUDA GPU is visible; use --device cpu")
+
+
 def default_model_name(checkpoint: Path) -> str:
     """The checkpoint directory's name; for a training run's OUT/checkpoint, the name of OUT."""
     path = checkpoint.resolve()
@@ -42,12 +53,13 @@ def default_model_name(checkpoint: Path) -> str:
 
 def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
                model_name: str | None = None, max_batch: int = 32,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, device: str = "cpu") -> None:
     """Serve the model in `checkpoint` (config.json + model.safetensors + tokenizer files) until stopped."""
     checkpoint = Path(checkpoint)
     if not checkpoint.is_dir():
         raise FileNotFoundError(f"checkpoint directory {checkpoint} does not exist")
-    model = load_model(checkpoint).eval()
+    check_device(device)
+    model = load_model(checkpoint, map_location=device).eval()
     tokenizer = Tokenizer.load(checkpoint)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"tokenizer in {checkpoint} has {tokenizer.vocab_size} tokens but the model only "

@@ -31,6 +31,7 @@ class RequestRun:
                 self.sequences.append(Sequence.create(
                     index, prompt, job.max_tokens[i], job.params, self._sink, tokenizer=tokenizer,
                     vocab_size=vocab_size, stop_token_ids=job.stop_token_ids, stop_strings=job.stop_strings, seed=seed,
+                    device=scheduler.device,
                 ))
         self.texts = [""] * len(self.sequences)
         self.reasons: list[str | None] = [None] * len(self.sequences)

@@ -52,6 +52,7 @@ class Scheduler:
     def __init__(self, model: TransformerLM, max_batch: int = 32, pad_id: int = 0) -> None:
         self.model = model.eval()
         self.slots = SlotCache(model, max_batch)
+        self.device = self.slots.cache.k.device
         self.pad_id = pad_id
         self.rows: list[Sequence] = []  # rows[i] is the sequence in cache row i
         self.joining: list[Sequence] = []  # taken from `waiting`, being prefilled this step
@@ -129,7 +130,7 @@ class Scheduler:
 
     def _admit(self, joining: list[Sequence]) -> None:
         """Prefill the joiners as one left-padded batch, move them into the slot cache, sample token 1."""
-        batch = left_pad([s.prompt for s in joining], self.pad_id, self.slots.cache.k.device)
+        batch = left_pad([s.prompt for s in joining], self.pad_id, self.device)
         j, p = batch.ids.shape
         scratch = self.model.new_kv_cache(j, max_seq_len=p)
         mask = batch.valid if batch.has_padding else None

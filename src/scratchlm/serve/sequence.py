@@ -57,13 +57,13 @@ class Sequence:
     def create(
         cls, index: int, prompt: list[int], max_tokens: int, params: SamplingParams, sink: Sink, *,
         tokenizer: Any, vocab_size: int, stop_token_ids: tuple[int, ...] = (), stop_strings: tuple[str, ...] = (),
-        seed: int | None = None,
+        seed: int | None = None, device: torch.device | str = "cpu",
     ) -> "Sequence":
-        """A fresh sequence; the seeded generator makes its draws reproducible."""
+        """A fresh sequence; the seeded generator makes its draws reproducible. `device`: the model's."""
         stopper = StopChecker(1, stop_token_ids, stop_strings, tokenizer, track_text=True)
         # OpenAI penalties count the tokens sampled so far (not the prompt), as vLLM does
-        counts = torch.zeros(1, vocab_size, dtype=torch.int32) if params.uses_counts else None
-        return cls(index, list(prompt), max_tokens, params, stopper, sink, make_generator(seed), counts)
+        counts = torch.zeros(1, vocab_size, dtype=torch.int32, device=device) if params.uses_counts else None
+        return cls(index, list(prompt), max_tokens, params, stopper, sink, make_generator(seed, device), counts)
 
     @property
     def last_position(self) -> int:

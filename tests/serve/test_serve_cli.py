@@ -32,6 +32,8 @@ def test_bad_port_and_threads(tiny_checkpoint, capsys):
     assert "--threads 0" in capsys.readouterr().err
     assert main(["serve", "--checkpoint", str(tiny_checkpoint), "--device", "toaster"]) == 2
     assert "'toaster' is not a torch device" in capsys.readouterr().err
+    assert main(["serve", "--checkpoint", str(tiny_checkpoint), "--max-batch", "0"]) == 2
+    assert "max_batch=0" in capsys.readouterr().err
 
 
 def test_default_model_name(tmp_path):

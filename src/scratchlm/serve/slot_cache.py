@@ -40,7 +40,7 @@ class SlotCache:
 
     def __init__(self, model: TransformerLM, max_rows: int) -> None:
         if max_rows < 1:
-            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+            raise ValueError(f"the batch needs at least 1 row, got max_batch={max_rows}; use --max-batch 1 or more")
         self.cache = model.new_kv_cache(max_rows)
         self.max_rows = max_rows
         self.slots = self.cache.max_seq_len  # M

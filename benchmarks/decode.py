@@ -1,10 +1,15 @@
 """Decode speed: scratchlm's engine vs HF transformers `generate()` with the same weights, side by side.
 
 Model: llama-small (vocab 8192, 6 layers, D 384, 6 heads / 2 KV heads, d_ff 1024, tied embeddings),
-random weights copied into a local HF LlamaForCausalLM. Greedy, a 16-token prompt, 256 new tokens
-(no early stop), batch 1 and batch 8; prefill = one forward over a (1, 256) prompt. Each measurement
-is the best of `--repeats` runs, ours and HF's interleaved so machine load hits both alike.
-Prints one JSON object.   python benchmarks/decode.py [--dtype bf16] [--compile] [--attn sdpa]
+random weights copied into a local HF LlamaForCausalLM (sdpa attention). Greedy, a 16-token prompt,
+256 new tokens (no early stop), batch 1 and batch 8. Variants, each timed in the same process with
+the runs interleaved (best of --repeats) so machine load hits all alike:
+    ours_fast   scratchlm, sdpa attention, bf16 weights, compiled+frozen decode step (--fast-dtype)
+    ours_eager  scratchlm, sdpa attention, fp32, eager
+    hf_fp32 / hf_bf16   HF generate in fp32 / bf16
+Headline keys: b{1,8}_tok_s = ours_fast, hf_b{1,8}_tok_s = the faster HF variant, b{1,8}_ratio.
+Prefill: one forward over a (1, 256) prompt into the cache, logits for the last position only (both).
+Prints one JSON object.   python benchmarks/decode.py [--new-tokens 256] [--repeats 2] [--threads 1]
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from scratchlm.model import TransformerLM
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def hf_copy(model: TransformerLM, attn: str) -> LlamaForCausalLM:
+def hf_copy(model: TransformerLM, attn: str = "sdpa") -> LlamaForCausalLM:
     c = model.config
     cfg = LlamaConfig(
         vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
@@ -37,65 +42,91 @@ def hf_copy(model: TransformerLM, attn: str) -> LlamaForCausalLM:
     return hf
 
 
-def best_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+CLOCK = {"now": time.perf_counter}
+
+
+def timed(fn) -> float:
+    """Seconds fn() took on the selected clock (cpu = this process's CPU time: robust to a busy machine)."""
+    now = CLOCK["now"]
+    t0 = now()
+    fn()
+    return now() - t0
+
+
+def runners(models: dict, ids: torch.Tensor, n: int) -> dict:
+    """name -> zero-arg callable generating n tokens for the batch `ids` (B, 16)."""
+    out = {}
+    for name, (kind, model) in models.items():
+        if kind == "hf":
+            out[name] = lambda m=model: m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                                                   min_new_tokens=n, do_sample=False, pad_token_id=0)
+        else:
+            out[name] = lambda m=model, c=(kind == "compiled"): generate(m, ids.tolist(), n, compile_decode=c)
+    return out
+
+
+def measure_batch(models: dict, prompt: torch.Tensor, b: int, n: int, repeats: int) -> dict[str, float]:
+    """tok/s per variant for batch b, best of `repeats` interleaved rounds (after one warm-up each)."""
+    fns = runners(models, prompt[:b], n)
+    warm = runners(models, prompt[:b], 4)
+    best = {name: float("inf") for name in fns}
+    with torch.inference_mode():
+        for name in fns:
+            warm[name]()  # compiles the decode step for this batch shape
+        for _ in range(repeats):
+            for name, fn in fns.items():
+                best[name] = min(best[name], timed(fn))
+    return {name: b * n / t for name, t in best.items()}
+
+
+def measure_prefill(ours: TransformerLM, hf: LlamaForCausalLM, vocab: int, repeats: int) -> dict[str, float]:
+    long = torch.randint(0, vocab, (1, 256))
+    with torch.inference_mode():
+        t_ours = min(timed(lambda: ours(long, kv_cache=ours.new_kv_cache(1, 256), logits_to_keep=1)) for _ in range(repeats))
+        t_hf = min(timed(lambda: hf(long, use_cache=True, logits_to_keep=1)) for _ in range(repeats))
+    return {"prefill_tok_s": 256 / t_ours, "hf_prefill_tok_s": 256 / t_hf, "prefill_ratio": t_hf / t_ours}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
-    ap.add_argument("--attn", choices=["reference", "sdpa"], default="sdpa", help="our attention impl")
-    ap.add_argument("--hf-attn", choices=["eager", "sdpa"], default="sdpa")
-    ap.add_argument("--compile", action="store_true", help="torch.compile our decode step")
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    ap.add_argument("--fast-dtype", choices=sorted(DTYPES), default="bf16")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                    help="cpu: process CPU time (use with --threads 1 on a shared machine)")
     args = ap.parse_args()
+    CLOCK["now"] = CLOCKS[args.clock]
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    dtype = DTYPES[args.dtype]
-    model = TransformerLM(get_preset("llama-small", attn_impl=args.attn)).eval()
-    hf = hf_copy(model, args.hf_attn).to(dtype)
-    model = model.to(dtype)
+    base = TransformerLM(get_preset("llama-small", attn_impl="sdpa")).eval()
+    hf = hf_copy(base)
+    fast = TransformerLM(base.config).eval()
+    fast.load_state_dict(base.state_dict())
+    models = {
+        "ours_fast": ("compiled", fast.to(DTYPES[args.fast_dtype])),
+        "ours_eager": ("eager", base),
+        "hf_fp32": ("hf", hf),
+        "hf_bf16": ("hf", hf_copy(base).to(torch.bfloat16)),
+    }
     n = args.new_tokens
-    prompt = torch.randint(0, model.config.vocab_size, (8, 16))
-    result: dict[str, object] = {"dtype": args.dtype, "attn": args.attn, "hf_attn": args.hf_attn,
-                                 "compile": args.compile, "new_tokens": n, "prompt_len": 16,
-                                 "threads": torch.get_num_threads(), "torch": torch.__version__}
-
+    prompt = torch.randint(0, base.config.vocab_size, (8, 16))
+    result: dict[str, object] = {"new_tokens": n, "prompt_len": 16, "fast": f"{args.fast_dtype}+compile(freezing)",
+                                 "threads": torch.get_num_threads(), "clock": args.clock, "torch": torch.__version__}
     t0 = time.perf_counter()
-    generate(model, prompt[:1].tolist(), 8, compile_decode=args.compile)  # warm-up (and compilation)
-    result["warmup_s"] = round(time.perf_counter() - t0, 2)
     for b in (1, 8):
-        ids = prompt[:b]
-        ours_out: list = []
-
-        def ours() -> None:
-            ours_out[:] = generate(model, ids.tolist(), n, compile_decode=args.compile)
-
-        def theirs() -> None:
-            with torch.no_grad():
-                hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
-                            do_sample=False, pad_token_id=0)
-
-        t_ours, t_hf = float("inf"), float("inf")
-        for _ in range(args.repeats):
-            t_ours = min(t_ours, best_time(ours, 1))
-            t_hf = min(t_hf, best_time(theirs, 1))
-        result[f"b{b}_tok_s"] = round(b * n / t_ours, 1)
-        result[f"hf_b{b}_tok_s"] = round(b * n / t_hf, 1)
-        result[f"b{b}_ratio"] = round(t_hf / t_ours, 2)
-
-    long = torch.randint(0, model.config.vocab_size, (1, 256))
-    with torch.inference_mode():
-        t_ours = best_time(lambda: model(long, kv_cache=model.new_kv_cache(1, 256)), 3)
-        t_hf = best_time(lambda: hf(long, use_cache=True, logits_to_keep=1), 3)
-    result["prefill_tok_s"] = round(256 / t_ours, 1)
-    result["hf_prefill_tok_s"] = round(256 / t_hf, 1)
-    result["prefill_ratio"] = round(t_hf / t_ours, 2)
+        tok_s = measure_batch(models, prompt, b, n, args.repeats)
+        for name, v in tok_s.items():
+            result[f"{name}_b{b}_tok_s"] = round(v, 1)
+        hf_best = max(tok_s["hf_fp32"], tok_s["hf_bf16"])
+        result[f"b{b}_tok_s"] = round(tok_s["ours_fast"], 1)
+        result[f"hf_b{b}_tok_s"] = round(hf_best, 1)
+        result[f"b{b}_ratio"] = round(tok_s["ours_fast"] / hf_best, 2)
+        result[f"eager_fp32_b{b}_ratio_vs_hf_fp32"] = round(tok_s["ours_eager"] / tok_s["hf_fp32"], 2)
+    result.update({k: round(v, 2) for k, v in measure_prefill(base, hf, base.config.vocab_size, 3).items()})
+    result["total_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(result))
 
 

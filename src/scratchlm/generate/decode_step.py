@@ -1,13 +1,17 @@
 """One decode step: tokens (B, 1) at positions (B, 1) -> next-token logits (B, V), cache advanced by 1.
 
-Eager by default. `compiled=True` runs the same forward through torch.compile (one graph per step,
-dynamic in the cache length so it compiles once, not per step); see benchmarks/RESULTS.md for when
-it pays off.
+Eager by default (`forward_last`, the model's own forward). `compiled=True` runs the same forward
+through torch.compile (inductor, dynamic in the cache length so it compiles once per batch shape,
+not per step) with inductor *freezing*: the weights are baked into the compiled graph as constants,
+which lets oneDNN pre-pack them (with bf16 weights this uses the CPU's AMX/AVX512-BF16 matmul
+kernels; see benchmarks/RESULTS.md for what it buys). Because the weights are baked in, changing
+them after the first compiled call is refused with a ValueError (use the eager step while training).
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Callable
 
 import torch
@@ -21,8 +25,8 @@ DecodeStep = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None", KVCach
 def forward_last(
     model: TransformerLM, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache: KVCache
 ) -> torch.Tensor:
-    """model(tokens (B, 1), positions (B, 1), key mask (B, S) or None, cache) -> logits (B, V)."""
-    return model(tokens, positions, mask, cache)[:, -1]
+    """model(tokens (B, T), positions (B, T), key mask (B, S) or None, cache) -> last logits (B, V)."""
+    return model(tokens, positions, mask, cache, logits_to_keep=1)[:, -1]
 
 
 @functools.cache
@@ -31,7 +35,39 @@ def compiled_forward_last() -> Callable:
     return torch.compile(forward_last, dynamic=True)
 
 
+@functools.cache
+def _frozen_versions() -> weakref.WeakKeyDictionary:
+    """model -> parameter version counters at its first compiled step."""
+    return weakref.WeakKeyDictionary()
+
+
+def weight_versions(model: TransformerLM) -> tuple[int, ...]:
+    """In-place updates bump a tensor's version counter: a cheap "have the weights changed?" test."""
+    return tuple(p._version for p in model.parameters())
+
+
+def check_frozen_weights(model: TransformerLM) -> None:
+    """Record the model's weight versions on first use; raise if they changed since (stale compiled graph)."""
+    seen = _frozen_versions()
+    now = weight_versions(model)
+    if seen.setdefault(model, now) != now:
+        raise ValueError(
+            "the model's weights changed after its decode step was compiled (weights are frozen into the "
+            "compiled graph); use compile_decode=False while training, or build a fresh model object"
+        )
+
+
 def make_decode_step(model: TransformerLM, compiled: bool = False) -> DecodeStep:
-    """The step function bound to `model`: eager forward_last, or its torch.compile'd twin."""
-    fn = compiled_forward_last() if compiled else forward_last
-    return functools.partial(fn, model)
+    """The step function bound to `model`: eager forward_last, or its frozen torch.compile'd twin."""
+    if not compiled:
+        return functools.partial(forward_last, model)
+    import torch._inductor.config as inductor_config  # heavy: only when compiling
+
+    check_frozen_weights(model)
+    fn = compiled_forward_last()
+
+    def step(tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache: KVCache) -> torch.Tensor:
+        with inductor_config.patch(freezing=True):
+            return fn(model, tokens, positions, mask, cache)
+
+    return step

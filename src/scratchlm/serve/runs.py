@@ -1,13 +1,15 @@
 """The bridge between one HTTP request (asyncio) and its sequences in the scheduler (a thread).
 
-The scheduler thread calls the sink; the sink hands each event to the request's event loop with
-call_soon_threadsafe, so the handler simply awaits `events()`. Closing the run (client gone, or the
+The scheduler thread calls the sink, which appends the event to the run's inbox; only an append to an
+empty inbox wakes the request's event loop (call_soon_threadsafe), so one decode step costs each request
+one wake-up however many of its choices produced text. The handler awaits `events()`. Closing the run (client gone, or the
 handler finished early) cancels whatever is still generating, which frees those batch rows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,7 +24,9 @@ class RequestRun:
     def __init__(self, scheduler: Scheduler, job: JobSpec, tokenizer: Any, vocab_size: int) -> None:
         self.scheduler = scheduler
         self.loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._inbox: list[Event] = []
+        self._lock = threading.Lock()
+        self._wake = asyncio.Event()
         self.sequences: list[Sequence] = []
         for i, prompt in enumerate(job.prompts):
             for j in range(job.n):
@@ -39,10 +43,15 @@ class RequestRun:
         self.error: str | None = None
 
     def _sink(self, event: Event) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
-        except RuntimeError:  # the request's event loop is closed: nobody listens; never break the scheduler
-            pass
+        """Called on the scheduler thread."""
+        with self._lock:
+            self._inbox.append(event)
+            first = len(self._inbox) == 1
+        if first:
+            try:
+                self.loop.call_soon_threadsafe(self._wake.set)
+            except RuntimeError:  # the request's event loop is closed: nobody listens; never break the scheduler
+                pass
 
     def start(self) -> None:
         self.scheduler.submit(self.sequences)
@@ -55,13 +64,16 @@ class RequestRun:
 
     async def events(self) -> AsyncIterator[list[Event]]:
         """Yield the events that have arrived (all of them, at least one) until every choice has finished;
-        texts / reasons / token counts are recorded on the way. Batching what piled up keeps a busy
-        stream to one network write per wake-up instead of one per token."""
+        texts / reasons / token counts are recorded on the way. Taking what piled up at once keeps a
+        busy stream to one network write per wake-up instead of one per token."""
         pending = len(self.sequences)
         while pending:
-            batch = [await self.queue.get()]
-            while not self.queue.empty():
-                batch.append(self.queue.get_nowait())
+            await self._wake.wait()
+            with self._lock:
+                batch, self._inbox = self._inbox, []
+                self._wake.clear()
+            if not batch:
+                continue
             for event in batch:
                 if isinstance(event, Finished):
                     pending -= 1

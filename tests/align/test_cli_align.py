@@ -57,9 +57,10 @@ def test_dpo_cli(base, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("command,extra", [
-    ("grpo", ["--preset", "dapo", "--clip-high", "0.3", "--overlong-buffer", "2"]),
+    ("grpo", ["--preset", "dapo", "--clip-high", "0.3", "--overlong-buffer", "2", "--mask-truncated", "true"]),
     ("grpo", ["--preset", "gspo", "--num-iterations", "2"]),
-    ("ppo", ["--ppo-epochs", "1"]),
+    ("ppo", ["--ppo-epochs", "1", "--dual-clip", "3", "--entropy-coef", "0.01", "--whiten-rewards",
+             "--missing-eos-penalty", "1"]),
 ])
 def test_rl_cli(base, tmp_path, capsys, command, extra):
     data = _jsonl(tmp_path / "rl.jsonl", [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(4)])
@@ -71,6 +72,9 @@ def test_rl_cli(base, tmp_path, capsys, command, extra):
     if command == "grpo":
         assert cfg["loss"]["clip_high"] == (0.3 if "dapo" in extra else 4e-4)
         assert cfg["loss"]["overlong_buffer"] == (2 if "dapo" in extra else 0)
+        assert cfg["loss"]["mask_truncated"] == ("dapo" in extra)
+    else:
+        assert cfg["dual_clip"] == 3.0 and cfg["entropy_coef"] == 0.01 and cfg["whiten_rewards"]
     load_model(tmp_path / "o")
 
 

@@ -80,3 +80,21 @@ def test_grpo_training_is_reproducible_with_a_seed():
         history = train_grpo(model, tok, ex, cfg, progress=False)
         runs.append((history, model.lm_head.weight.detach().clone()))
     assert runs[0][0] == runs[1][0] and torch.equal(runs[0][1], runs[1][1])
+
+
+def test_mask_truncated_removes_truncated_completions_from_the_loss():
+    from scratchlm.align.grpo_trainer import update_policy
+    from scratchlm.align.rollout import Rollout
+    from scratchlm.align.trainer_common import OptimConfig, Stepper
+
+    tok = byte_tokenizer()
+    ro = Rollout([[1, 2], [1, 2]], [[5, 6], [7, 8]], ["a", "b"], torch.tensor([1.0, 0.0]),
+                 torch.tensor([True, True]), torch.tensor([2, 2]), [0, 0])
+    adv = torch.tensor([1.0, -1.0])
+    norms = {}
+    for masked in (True, False):
+        model = _model(tok).train()
+        cfg = GRPOTrainConfig(group_size=2, max_new_tokens=2, loss=preset("dapo", mask_truncated=masked))
+        m = update_policy(model, None, ro, adv, cfg, Stepper([model], OptimConfig(lr=1e-3), 1))
+        norms[masked] = (m["grad_norm"], m["loss"])
+    assert norms[True] == (0.0, 0.0) and norms[False][0] > 0

@@ -17,8 +17,10 @@ Per-token loss, then aggregated (surrogate.aggregate_loss):
     l_{i,t} = max(-A_i rho, -A_i clip(rho, 1 - eps_low, 1 + eps_high)) + beta * KL_{i,t}
 KL_{i,t} = kl.kl_loss_term(estimator, is_correction): k3 in the loss as DeepSeekMath Eq. 4.
 
-DAPO extras: dynamic sampling (drop groups whose rewards are all equal, keep sampling; `informative_groups`)
-and the soft overlong punishment added to the task reward (`soft_overlong_penalty`).
+DAPO extras: dynamic sampling (drop groups whose rewards are all equal, keep sampling; `informative_groups`),
+the soft overlong punishment added to the task reward (`soft_overlong_penalty`) and, as the
+alternative, overlong filtering (`mask_truncated`: truncated completions are masked out of the loss,
+trl's `mask_truncated_completions`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class GRPOLossConfig:
     dynamic_sampling: bool = False
     overlong_buffer: int = 0  # L_cache of the soft overlong punishment; 0 = off
     overlong_penalty: float = 1.0
+    mask_truncated: bool = False  # DAPO overlong filtering: truncated completions get no loss
 
     def __post_init__(self) -> None:
         for name, value, valid in (("scale_rewards", self.scale_rewards, SCALE_REWARDS),

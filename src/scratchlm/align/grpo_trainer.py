@@ -88,13 +88,16 @@ def update_policy(model, ref, rollout: Rollout, adv: torch.Tensor, cfg: GRPOTrai
     n, lc = len(rollout.prompts), cfg.loss
     old = score_rollout(model, rollout, cfg.temperature, cfg.micro_batch) if cfg.num_iterations > 1 else None
     ref_lp = score_rollout(ref, rollout, cfg.temperature, cfg.micro_batch) if ref is not None else None
-    n_tokens = float(sum(len(c) for c in rollout.completions))
+    kept = [len(c) for c, t in zip(rollout.completions, rollout.truncated.tolist()) if not (lc.mask_truncated and t)]
+    n_tokens = float(sum(kept))
     metrics: dict[str, float] = {}
     for _ in range(cfg.num_iterations):
         sums = {"loss": 0.0, "clip_low_frac": 0.0, "clip_high_frac": 0.0, "kl": 0.0}
         for s in range(0, n, cfg.micro_batch):
             sl = slice(s, s + cfg.micro_batch)
             logp, mask = completion_logprobs(model, rollout.prompts[sl], rollout.completions[sl], cfg.temperature)
+            if lc.mask_truncated:
+                mask = mask * (~rollout.truncated[sl]).to(mask)[:, None]
             w = logp.shape[1]
             old_mb = logp.detach() if old is None else old[sl, :w].to(logp.device)
             ref_mb = None if ref_lp is None else ref_lp[sl, :w].to(logp.device)

@@ -6,7 +6,8 @@ One step:
     2. old = log-probs of the sampler, ref = log-probs of the frozen reference, V_old = critic values
     3. r_t = -kl_coef KLest_t + score on the last token (ppo.ppo_rewards); optional reward whitening
        (shift_mean=False); A, R = GAE(gamma, lambda); A whitened over the batch's valid tokens
-    4. ppo_epochs passes over micro-batches: L = L_pg(clipped) + vf_coef L_v(clipped), one AdamW step
+    4. ppo_epochs passes over micro-batches: L = L_pg(clipped, optional dual clip) + vf_coef L_v(clipped)
+       - entropy_coef H, one AdamW step
        per micro-batch (trl's mini-batch updates), on the policy and the critic together.
 The critic is a copy of the starting policy with a zero-initialised value head.
 """
@@ -20,7 +21,7 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
-from scratchlm.align.logprobs import completion_logprobs, pack_prompt_completion
+from scratchlm.align.logprobs import completion_logprobs, masked_mean, pack_prompt_completion
 from scratchlm.align.ppo import (ValueModel, completion_values, gae, ppo_policy_loss, ppo_rewards, ppo_value_loss,
                                  whiten)
 from scratchlm.align.rollout import Rollout, per_token_over_rows, sample_rollouts, score_rollout
@@ -48,6 +49,8 @@ class PPOTrainConfig:
     lam: float = 0.95
     whiten_rewards: bool = False
     missing_eos_penalty: float | None = None
+    dual_clip: float | None = None  # verl clip_ratio_c (e.g. 3.0); None = off
+    entropy_coef: float = 0.0  # entropy bonus: L -= entropy_coef * masked_mean(H)
     seed: int = 0
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
 
@@ -83,15 +86,17 @@ def ppo_update(model, critic, rollout: Rollout, t: dict[str, torch.Tensor], cfg:
         for s in range(0, n, cfg.micro_batch):
             sl = slice(s, s + cfg.micro_batch)
             prompts, completions = rollout.prompts[sl], rollout.completions[sl]
-            logp, mask = completion_logprobs(model, prompts, completions, cfg.temperature)
+            logp, mask, ent = completion_logprobs(model, prompts, completions, cfg.temperature, with_entropy=True)
             w = logp.shape[1]
             pick = {k: v[sl, :w].to(device) for k, v in t.items() if k != "kl"}
-            pg, m = ppo_policy_loss(logp, pick["old"], pick["adv"], mask, cfg.clip_range, agg="token-mean")
+            pg, m = ppo_policy_loss(logp, pick["old"], pick["adv"], mask, cfg.clip_range,
+                                    dual_clip=cfg.dual_clip, agg="token-mean")
             values = completion_values(critic, prompts, completions)
             vl = ppo_value_loss(values, pick["values"], pick["returns"], mask, cfg.clip_range_value)
-            (pg + cfg.vf_coef * vl).backward()
+            entropy = masked_mean(ent, mask)
+            (pg + cfg.vf_coef * vl - cfg.entropy_coef * entropy).backward()
             last = {"policy_loss": float(pg.detach()), "value_loss": float(vl.detach()), **m,
-                    "grad_norm": stepper.step()}
+                    "entropy": float(entropy.detach()), "grad_norm": stepper.step()}
     return last
 
 

@@ -47,7 +47,7 @@ def sft_eval_loss(model: TransformerLM, examples: list[Example], batch_size: int
     """Token-mean assistant-token loss over all examples (the quantity SFT lowers)."""
     total, count = 0.0, 0.0
     for s in range(0, len(examples), batch_size):
-        ids, mask = pad_examples(examples[s:s + batch_size], pad_id)
+        ids, mask = (t.to(model.lm_head.weight.device) for t in pad_examples(examples[s:s + batch_size], pad_id))
         n = float(mask[:, 1:].sum())
         total += float(sft_loss(model(ids), ids, mask)) * n
         count += n

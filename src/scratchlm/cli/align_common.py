@@ -18,6 +18,7 @@ import torch
 from scratchlm.align.trainer_common import OptimConfig, save_run
 from scratchlm.checkpoint import load_model
 from scratchlm.model import TransformerLM
+from scratchlm.train.distributed import pick_device
 from scratchlm.train.schedule import SCHEDULES
 
 
@@ -33,6 +34,7 @@ def add_common_args(p: argparse.ArgumentParser, data_help: str, lr: float, steps
     p.add_argument("--grad-clip", type=float, default=1.0, help="global gradient-norm clip")
     p.add_argument("--seed", type=int, default=0, help="seeds data order, sampling and init of new heads")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto = cuda when available")
 
 
 def add_rollout_args(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
@@ -55,7 +57,7 @@ def load_policy(args: argparse.Namespace) -> tuple[TransformerLM, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = load_model(args.checkpoint).train()
+    model = load_model(args.checkpoint).to(pick_device(args.device)).train()
     return model, Tokenizer.load(args.checkpoint)
 
 

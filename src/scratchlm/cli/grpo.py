@@ -70,4 +70,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dynamic-sampling", type=_bool, default=None, metavar="BOOL")
     p.add_argument("--overlong-buffer", type=int, default=None, help="soft overlong punishment L_cache (0 = off)")
     p.add_argument("--overlong-penalty", type=float, default=None)
+    p.add_argument("--mask-truncated", type=_bool, default=None, metavar="BOOL",
+                   help="DAPO overlong filtering: no loss on completions that hit --max-new-tokens")
     p.set_defaults(func=run)

@@ -23,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.temperature, ppo_epochs=args.ppo_epochs, micro_batch=args.micro_batch,
         kl_coef=args.kl_coef, kl_estimator=args.kl_estimator, clip_range=args.clip_range,
         clip_range_value=args.clip_range_value, vf_coef=args.vf_coef, gamma=args.gamma, lam=args.lam,
-        whiten_rewards=args.whiten_rewards, missing_eos_penalty=args.missing_eos_penalty, seed=args.seed,
+        whiten_rewards=args.whiten_rewards, missing_eos_penalty=args.missing_eos_penalty, dual_clip=args.dual_clip,
+        entropy_coef=args.entropy_coef, seed=args.seed,
         optim=optim_from_args(args))
     history, _ = train_ppo(model, tok, examples, cfg)
     summary = reward_summary(history)
@@ -47,4 +48,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lam", type=float, default=d.lam)
     p.add_argument("--whiten-rewards", action="store_true")
     p.add_argument("--missing-eos-penalty", type=float, default=None, help="subtracted from truncated completions")
+    p.add_argument("--dual-clip", type=float, default=None, help="dual-clip c > 1 for negative advantages")
+    p.add_argument("--entropy-coef", type=float, default=0.0, help="entropy bonus coefficient")
     p.set_defaults(func=run)

@@ -14,6 +14,14 @@ from scratchlm.model import TransformerLM
 from scratchlm.tokenizer import Tokenizer
 
 
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """The commands run with --threads 1 (tiny models); put torch's setting back for the rest of the suite."""
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     d = tmp_path_factory.mktemp("base")

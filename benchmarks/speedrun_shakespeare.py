@@ -36,7 +36,7 @@ TARGET = 1.88
 BASELINE = dict(
     model_preset="gpt2-tiny", model={"d_model": 128, "n_layers": 4, "n_heads": 4, "max_seq_len": 64, "attn_impl": "sdpa"},
     batch_size=12, seq_len=64, max_steps=2000, warmup_steps=100, lr=1e-3, min_lr=1e-4, schedule="cosine",
-    beta2=0.99, weight_decay=0.1, dtype="fp32", eval_interval=250, eval_batches=20, ckpt_interval=2000,
+    beta2=0.99, weight_decay=0.1, dtype="fp32", eval_interval=100, eval_batches=20, ckpt_interval=2000,
     optimizer_impl="torch", loss_impl="torch",
 )
 

@@ -18,11 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tiny_checkpoint import build_tiny_checkpoint  # noqa: E402
-
-API_KEY = "test-key-123"
-MODEL = "tiny"
-MAX_BODY = 16384
+from tiny_checkpoint import API_KEY, MAX_BODY, MODEL, build_tiny_checkpoint  # noqa: E402
 
 
 @dataclass

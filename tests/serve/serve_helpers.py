@@ -10,7 +10,7 @@ import openai
 from scratchlm.generate.streaming import stream_generate
 from scratchlm.tokenizer import render_chat
 
-from conftest import API_KEY
+from tiny_checkpoint import API_KEY
 
 
 def client(server: Any) -> openai.OpenAI:

@@ -11,9 +11,8 @@ import httpx
 import openai
 import pytest
 
-from conftest import API_KEY, MAX_BODY, MODEL
 from serve_helpers import client
-from tiny_checkpoint import CONTEXT
+from tiny_checkpoint import CONTEXT, MAX_BODY, MODEL
 
 GOOD_CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 GOOD_COMPLETION = {"model": MODEL, "prompt": "hi", "max_tokens": 2}

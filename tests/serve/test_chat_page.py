@@ -9,7 +9,7 @@ import json
 import pytest
 from playwright.sync_api import sync_playwright
 
-from conftest import API_KEY, MODEL
+from tiny_checkpoint import API_KEY, MODEL
 from serve_helpers import ref_chat
 
 CHROMIUM = "/usr/bin/chromium"

@@ -8,7 +8,7 @@ import asyncio
 
 from scratchlm.serve.loadgen import percentile, run_load
 
-from conftest import API_KEY, MODEL
+from tiny_checkpoint import API_KEY, MODEL
 from serve_helpers import ref_completion
 
 PROMPTS = ["First Citizen:\n", "ROMEO:", "To be, or not", "KING HENRY", "O, what a rogue", "Now is the winter"]

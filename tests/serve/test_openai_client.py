@@ -9,7 +9,7 @@ import torch
 
 from scratchlm.generate.sampling import apply_frequency_presence_penalty
 
-from conftest import MODEL
+from tiny_checkpoint import MODEL
 from serve_helpers import client, ref_chat, ref_completion
 
 PROMPT = "ROMEO:\nBut soft, what light"

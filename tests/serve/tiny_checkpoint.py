@@ -1,4 +1,4 @@
-"""A tiny servable checkpoint for the serve tests: a BPE tokenizer trained here + a small random model.
+"""A tiny servable checkpoint for the serve tests (and the test server's settings): a BPE tokenizer trained here + a small random model.
 
 The weights are random with a wide init (init_std 0.5), so next-token logits are well separated and
 greedy decoding does not hinge on float rounding (batched and alone give the same argmax).
@@ -16,6 +16,10 @@ from scratchlm.model import TransformerLM
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 
 CONTEXT = 384
+# settings of the test server (tests/serve/conftest.py starts it with these)
+API_KEY = "test-key-123"
+MODEL = "tiny"
+MAX_BODY = 16384
 
 
 def build_tiny_checkpoint(directory: Path, corpus: Path, corpus_bytes: int = 40_000, vocab_size: int = 320,

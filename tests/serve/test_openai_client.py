@@ -5,6 +5,8 @@ Every reply is compared with the generation engine run in-process on the same ch
 
 from __future__ import annotations
 
+import openai
+import pytest
 import torch
 
 from scratchlm.generate.sampling import apply_frequency_presence_penalty
@@ -16,9 +18,12 @@ PROMPT = "ROMEO:\nBut soft, what light"
 CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Who is there?"}]
 
 
-def test_models_list(server):
+def test_models_list_and_retrieve(server):
     models = client(server).models.list()
     assert [m.id for m in models.data] == [MODEL]
+    assert client(server).models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        client(server).models.retrieve("gpt-9")
 
 
 def test_completion_greedy_matches_engine(server, reference):

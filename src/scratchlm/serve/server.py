@@ -1,7 +1,7 @@
 """The OpenAI-compatible HTTP server (FastAPI + uvicorn) and the chat page.
 
     GET  /                      the chat page (static/chat.html), talking to the API below
-    GET  /v1/models             the one model served
+    GET  /v1/models[/{id}]      the one model served
     POST /v1/completions        text completion, `stream: true` -> server-sent events
     POST /v1/chat/completions   chat (ChatML template), same streaming
     GET  /health                liveness + scheduler counters (not part of OpenAI's API)
@@ -173,12 +173,20 @@ def add_routes(app: FastAPI, state: ServerState) -> None:
     async def health() -> dict[str, Any]:
         return {"status": "ok", "model": state.model_name, **asdict(state.scheduler.stats)}
 
+    def model_card() -> dict[str, Any]:
+        return {"id": state.model_name, "object": "model", "created": 0, "owned_by": "scratchlm",
+                "context_length": state.context}
+
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         state.check_auth(request)
-        card = {"id": state.model_name, "object": "model", "created": 0, "owned_by": "scratchlm",
-                "context_length": state.context}
-        return {"object": "list", "data": [card]}
+        return {"object": "list", "data": [model_card()]}
+
+    @app.get("/v1/models/{model_id}")
+    async def model(request: Request, model_id: str) -> dict[str, Any]:
+        state.check_auth(request)
+        state.check_model(model_id)
+        return model_card()
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:

@@ -91,8 +91,8 @@ def test_prompt_too_long_names_the_limit(server):
     assert str(CONTEXT) in err["message"] and "shorten" in err["message"]
 
 
-@pytest.mark.parametrize("raw", ["{bad json", "", "\xff\xfe", '{"model": "tiny",'], ids=["garbage", "empty", "binary",
-                                                                                         "truncated"])
+@pytest.mark.parametrize("raw", ["{bad json", "", "\xff\xfe", '{"model": "tiny",', "[" * 8000 + "]" * 8000],
+                         ids=["garbage", "empty", "binary", "truncated", "nested-8000-deep"])
 def test_malformed_json(server, raw):
     err = assert_openai_error(post(server, "/completions", raw.encode("latin-1")), 400)
     assert "JSON" in err["message"]

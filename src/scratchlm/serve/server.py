@@ -81,6 +81,8 @@ class ServerState:
             return json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise APIError(400, f"the request body is not valid JSON ({exc}); send a JSON object") from None
+        except RecursionError:
+            raise APIError(400, "the request body is JSON nested too deeply to parse; send a flat JSON object") from None
 
 
 def sse(data: dict[str, Any] | str) -> str:

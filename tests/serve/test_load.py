@@ -36,3 +36,26 @@ def test_percentile_nearest_rank():
     values = [float(v) for v in range(1, 101)]
     assert percentile(values, 50) == 50.0 and percentile(values, 99) == 99.0 and percentile(values, 100) == 100.0
     assert percentile([3.0], 99) == 3.0 and percentile([], 50) == 0.0
+
+
+def test_mixed_concurrent_requests_match_engine(server, reference):
+    """16 concurrent official-client requests with different sampling settings, streamed and not, share
+    the batch; each reply must equal the engine's reply to that request alone (same seed)."""
+    from serve_helpers import async_client
+
+    jobs = [(PROMPTS[i % len(PROMPTS)], 6 + i % 7, {"temperature": 0.7 + 0.05 * (i % 5), "top_p": 0.9, "seed": i})
+            for i in range(16)]
+
+    async def one(c, i, prompt, max_tokens, kw):
+        if i % 2:
+            stream = await c.completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens, stream=True, **kw)
+            return "".join([ch.choices[0].text async for ch in stream if ch.choices])
+        out = await c.completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens, **kw)
+        return out.choices[0].text
+
+    async def all_jobs():
+        c = async_client(server)
+        return await asyncio.wait_for(asyncio.gather(*(one(c, i, *job) for i, job in enumerate(jobs))), 120)
+
+    texts = asyncio.run(all_jobs())
+    assert texts == [ref_completion(reference, p, m, **kw) for p, m, kw in jobs]

@@ -104,3 +104,20 @@ def test_events_rebuild_the_text_and_end_with_finish():
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     assert text == bytes(s.tokens).decode("utf-8", "replace")  # byte vocab: id == byte
     assert events[-1] == Finished(0, "length", 12)
+
+
+def test_choices_of_one_prompt_share_one_prefill():
+    model, tok, sched = setup(max_batch=8)
+    shapes: list[tuple[int, int]] = []
+    model.register_forward_pre_hook(lambda _, args: shapes.append(tuple(args[0].shape)))
+    params = SamplingParams(temperature=1.0)
+    prompt = [7, 8, 9, 10, 11]
+    seqs = [make_seq(tok, prompt, 9, params, seed=s) for s in range(4)] + [make_seq(tok, [3, 4], 9, params, seed=9)]
+    sched.submit(seqs)
+    sched.step()
+    assert shapes[0] == (2, 5)  # one prefill row per distinct prompt, not per choice
+    assert shapes[1] == (5, 1)  # then every choice decodes in its own row
+    while sched.rows:
+        sched.step()
+    for s, seed in zip(seqs, [0, 1, 2, 3, 9]):
+        assert s.tokens == generate(model, [s.prompt], 9, seed=seed, temperature=1.0)[0]

@@ -129,17 +129,20 @@ class Scheduler:
         self.stats.active = len(self.rows)
 
     def _admit(self, joining: list[Sequence]) -> None:
-        """Prefill the joiners as one left-padded batch, move them into the slot cache, sample token 1."""
-        batch = left_pad([s.prompt for s in joining], self.pad_id, self.device)
-        j, p = batch.ids.shape
-        scratch = self.model.new_kv_cache(j, max_seq_len=p)
+        """Prefill the joiners' distinct prompts as one left-padded batch (the n choices of a prompt share
+        one prefill), move them into the slot cache, sample token 1 of every joiner."""
+        distinct: dict[tuple[int, ...], int] = {}
+        source = [distinct.setdefault(tuple(s.prompt), len(distinct)) for s in joining]  # joiner -> prefill row
+        batch = left_pad([list(p) for p in distinct], self.pad_id, self.device)
+        u, p = batch.ids.shape
+        scratch = self.model.new_kv_cache(u, max_seq_len=p)
         mask = batch.valid if batch.has_padding else None
-        logits = forward_last(self.model, batch.ids, batch.positions, mask, scratch)  # (J, V)
+        logits = forward_last(self.model, batch.ids, batch.positions, mask, scratch)  # (U, V)
         self.slots.ensure_left_room(p)
-        self.slots.insert(scratch, batch.valid)
+        self.slots.insert(scratch, batch.valid[source], source)
         self.rows.extend(joining)
         self.stats.max_active = max(self.stats.max_active, len(self.rows))
-        self._sample_and_push(logits, first_row=len(self.rows) - j)
+        self._sample_and_push(logits[source], first_row=len(self.rows) - len(joining))
 
     def _decode(self) -> None:
         view, key_mask = self.slots.step_view()  # cache rows[:n], mask (n, c + 1)

@@ -7,7 +7,7 @@ and a key mask `valid` (R, M), True = a real token of that row. Active rows are 
 rows 0 .. n-1, so a step runs on the prefix view rows[:n] (no work for empty rows).
 
     join:   a prompt of P tokens is prefilled alone (or with the other joiners, left padded) into a
-            scratch cache, then copied into a free row at slots [c - P, c). If c < P every active row
+            scratch cache, then copied into a free row at slots [c - P, c) (into n rows for n choices). If c < P every active row
             is first shifted right by P - c (RoPE keys are stored already rotated with their own
             positions, so moving them between slots changes nothing).
     leave:  the last active row is copied into the freed row (one row copy) and n -= 1.
@@ -87,16 +87,19 @@ class SlotCache:
             raise RuntimeError("slot cache is full: a row holds every slot (prompt + max_tokens > context?)")
         self._shift(-first)
 
-    def insert(self, scratch: KVCache, valid: torch.Tensor) -> list[int]:
-        """Copy the prefilled scratch cache (J rows, P slots) and its key mask (J, P) into J free rows at
-        slots [c - P, c); return the rows they got. Call ensure_left_room(P) first."""
+    def insert(self, scratch: KVCache, valid: torch.Tensor, source_rows: list[int] | None = None) -> list[int]:
+        """Copy prefilled rows of the scratch cache (P slots) into J free rows at slots [c - P, c), with
+        their key mask valid (J, P); row i comes from scratch row source_rows[i] (default i), so one
+        prefill can seed several rows (n choices of one prompt). Returns the rows they got. Call
+        ensure_left_room(P) first."""
         j, p = valid.shape
         c, first = self.cursor, self.rows
         if j > self.free_rows or p > c:
             raise RuntimeError(f"cannot insert {j} rows of {p} slots (free rows {self.free_rows}, cursor {c})")
+        src = list(range(j)) if source_rows is None else source_rows
         rows = slice(first, first + j)
-        self.cache.k[:, rows, :, c - p : c] = scratch.k[:, :, :, :p]
-        self.cache.v[:, rows, :, c - p : c] = scratch.v[:, :, :, :p]
+        self.cache.k[:, rows, :, c - p : c] = scratch.k[:, src, :, :p]  # (L, J, KvH, P, Hd)
+        self.cache.v[:, rows, :, c - p : c] = scratch.v[:, src, :, :p]
         self.valid[rows] = False
         self.valid[rows, c - p : c] = valid
         self.rows += j

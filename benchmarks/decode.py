@@ -23,21 +23,15 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from scratchlm.config import get_preset
 from scratchlm.generate import generate
+from scratchlm.interop.hf_config import config_to_hf
 from scratchlm.model import TransformerLM
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def hf_copy(model: TransformerLM, attn: str = "sdpa") -> LlamaForCausalLM:
-    c = model.config
-    cfg = LlamaConfig(
-        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
-        num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim,
-        max_position_embeddings=c.max_seq_len, rms_norm_eps=c.norm_eps, tie_word_embeddings=c.tie_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": c.rope_base}, attention_bias=False, mlp_bias=False,
-        bos_token_id=None, eos_token_id=None, pad_token_id=0, attn_implementation=attn,
-    )
-    hf = LlamaForCausalLM(cfg).eval()
+    """HF Llama with our config (mapped by scratchlm.interop) and our weights."""
+    hf = LlamaForCausalLM(LlamaConfig(**config_to_hf(model.config, "llama"), attn_implementation=attn)).eval()
     hf.load_state_dict(model.state_dict(), strict=True)
     return hf
 

@@ -8,6 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from gen_helpers import build, small_config
 from scratchlm.generate import generate
+from scratchlm.interop.hf_config import config_to_hf
 from scratchlm.model import TransformerLM
 
 PROMPTS = [[5, 9, 2, 77, 31, 8, 60], [40, 2], [3, 3, 100, 7]]
@@ -15,16 +16,8 @@ N_NEW = 16
 
 
 def hf_llama_copy(model: TransformerLM) -> LlamaForCausalLM:
-    """A local HF Llama with our config and weights (parameter names are the same, rope style 'half')."""
-    c = model.config
-    hf_config = LlamaConfig(
-        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
-        num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim,
-        max_position_embeddings=c.max_seq_len, rms_norm_eps=c.norm_eps, tie_word_embeddings=c.tie_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": c.rope_base}, attention_bias=False, mlp_bias=False,
-        bos_token_id=None, eos_token_id=None, pad_token_id=0,
-    )
-    hf = LlamaForCausalLM(hf_config).eval()
+    """A local HF Llama with our config (mapped by scratchlm.interop) and our weights, loaded strictly."""
+    hf = LlamaForCausalLM(LlamaConfig(**config_to_hf(model.config, "llama"))).eval()
     hf.load_state_dict(model.state_dict(), strict=True)
     return hf
 

@@ -126,32 +126,19 @@ def test_repetition_penalty_matches_hf(random_batch, penalty: float) -> None:
     torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("temperature", [0.3, 1.0, 1.7])
-def test_temperature_matches_hf(random_batch, temperature: float) -> None:
+WARPERS = [
+    *[(apply_temperature, TemperatureLogitsWarper, t) for t in (0.3, 1.0, 1.7)],
+    *[(top_k_filter, TopKLogitsWarper, k) for k in (1, 5, 50)],
+    *[(top_p_filter, TopPLogitsWarper, p) for p in (0.05, 0.5, 0.9, 0.99)],
+    *[(min_p_filter, MinPLogitsWarper, m) for m in (0.01, 0.1, 0.5)],
+]
+
+
+@pytest.mark.parametrize("ours, theirs, value", WARPERS, ids=lambda x: getattr(x, "__name__", str(x)))
+def test_warpers_match_hf(random_batch, ours, theirs, value) -> None:
     logits, history = random_batch
-    theirs = TemperatureLogitsWarper(temperature)(history, logits.clone())
-    torch.testing.assert_close(apply_temperature(logits, temperature), theirs, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("k", [1, 5, 50])
-def test_top_k_matches_hf(random_batch, k: int) -> None:
-    logits, history = random_batch
-    theirs = TopKLogitsWarper(k)(history, logits.clone())
-    torch.testing.assert_close(top_k_filter(logits, k), theirs, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("p", [0.05, 0.5, 0.9, 0.99])
-def test_top_p_matches_hf(random_batch, p: float) -> None:
-    logits, history = random_batch
-    theirs = TopPLogitsWarper(p)(history, logits.clone())
-    torch.testing.assert_close(top_p_filter(logits, p), theirs, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("min_p", [0.01, 0.1, 0.5])
-def test_min_p_matches_hf(random_batch, min_p: float) -> None:
-    logits, history = random_batch
-    theirs = MinPLogitsWarper(min_p)(history, logits.clone())
-    torch.testing.assert_close(min_p_filter(logits, min_p), theirs, rtol=0, atol=0)
+    expected = theirs(value)(history, logits.clone())
+    torch.testing.assert_close(ours(logits, value), expected, rtol=0, atol=0)
 
 
 def test_processor_chain_matches_hf_order(random_batch) -> None:

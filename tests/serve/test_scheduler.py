@@ -121,3 +121,16 @@ def test_choices_of_one_prompt_share_one_prefill():
         sched.step()
     for s, seed in zip(seqs, [0, 1, 2, 3, 9]):
         assert s.tokens == generate(model, [s.prompt], 9, seed=seed, temperature=1.0)[0]
+
+
+def test_context_edge_prompts_join_a_running_batch():
+    """Prompts that fill the context exactly (P + max_tokens = M) join rows already running."""
+    model, tok, sched = setup()
+    g = torch.Generator().manual_seed(5)
+    jobs = [(torch.randint(0, 256, (p,), generator=g).tolist(), m) for p, m in
+            [(3, 30), (CONTEXT - 1, 1), (CONTEXT - 3, 3), (2, CONTEXT - 2), (CONTEXT // 2, CONTEXT // 2)]]
+    seqs = [make_seq(tok, p, m) for p, m in jobs]
+    run_staggered(sched, seqs, join_every=3)
+    for (prompt, max_tokens), s in zip(jobs, seqs):
+        assert s.tokens == generate(model, [prompt], max_tokens)[0]
+    assert sched.slots.shifts["right"] > 0 and sched.slots.shifts["left"] > 0

@@ -94,3 +94,14 @@ def test_bad_input_is_a_clear_error_and_overwrites_nothing(tmp_path, tokens):
     with pytest.raises(ValueError, match="not a scratchlm trainer state"):
         train(cfg.with_overrides({"max_steps": 8}), resume=True)
     assert weights.read_bytes() == snapshot
+
+
+def test_crash_between_checkpoint_renames_resumes_from_the_old_copy(tmp_path, tokens):
+    cfg = tiny_config(tmp_path, max_steps=8, stop_at_step=4)
+    train(cfg)
+    run = tmp_path / "run"
+    (run / "checkpoint").rename(run / ".checkpoint.old")  # the state a crash after the first rename leaves
+    (run / ".checkpoint.tmp").mkdir()  # and a half-written new checkpoint
+    result = train(cfg.with_overrides({"stop_at_step": 0}), resume=True)
+    assert result.step == 8 and (run / "checkpoint" / "trainer_state.json").exists()
+    assert not (run / ".checkpoint.old").exists() and not (run / ".checkpoint.tmp").exists()

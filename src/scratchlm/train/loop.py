@@ -193,14 +193,14 @@ class Trainer:
 
     def _fix_budget(self, steps_done: int, seconds: float) -> None:
         """With max_time_s, set the schedule length once from the measured step time (checkpointed)."""
-        per_step = float(D.all_reduce_mean(torch.tensor(seconds / steps_done), self.info))
+        per_step = float(D.all_reduce_mean(torch.tensor(seconds / steps_done, device=self.info.device), self.info))
         est = int(self.cfg.max_time_s * 0.95 / per_step)
         self.state.total_steps = max(self.state.step + 1, min(self.cfg.max_steps, est))
 
     def _should_stop_for_time(self, t0: float) -> bool:
         if not self.cfg.max_time_s:
             return False
-        flag = torch.tensor(float(time.perf_counter() - t0 > self.cfg.max_time_s))
+        flag = torch.tensor(float(time.perf_counter() - t0 > self.cfg.max_time_s), device=self.info.device)
         return bool(D.all_reduce_mean(flag, self.info) > 0)
 
     def _log(self, step: int, loss: float, norm: float, lr: float, tok_s: float, elapsed: float, bar) -> None:

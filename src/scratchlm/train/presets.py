@@ -34,13 +34,13 @@ def _quickstart() -> TrainConfig:
 
 def _shakespeare_char() -> TrainConfig:
     """Llama-style (RoPE, RMSNorm, SwiGLU, untied head) at the classic recipe's width, with twice the
-    context, 4x the tokens per step (cheaper per token on CPU), 3x the peak lr and a WSD schedule."""
+    context (2x the tokens per step), 3x the peak lr and a WSD schedule (benchmarks/RESULTS.md)."""
     return TrainConfig(
         model={"d_model": 128, "n_layers": 4, "n_heads": 4, "max_seq_len": 128, "attn_impl": "sdpa",
                "tie_embeddings": False},
-        batch_size=24, seq_len=128, max_steps=1500, warmup_steps=30, lr=3e-3, min_lr=1e-4, schedule="wsd",
-        decay_frac=0.3, weight_decay=0.1, beta2=0.99, dtype="fp32", eval_interval=50, eval_batches=8,
-        ckpt_interval=1500, log_interval=10, out_dir="runs/shakespeare-char", **FAST,
+        batch_size=12, seq_len=128, max_steps=3000, warmup_steps=30, lr=3e-3, min_lr=1e-4, schedule="wsd",
+        decay_frac=0.3, weight_decay=0.1, beta2=0.99, dtype="fp32", eval_interval=100, eval_batches=16,
+        ckpt_interval=3000, log_interval=10, out_dir="runs/shakespeare-char", **FAST,
     )
 
 

@@ -42,11 +42,12 @@ def plot_distributions(dists: dict[str, torch.Tensor], labels: list[str], out: s
 
     order = torch.argsort(dists["base"], descending=True)[:n_show]
     names = [labels[i] for i in order.tolist()]
+    top = max(float(p[order].max()) for p in dists.values()) * 1.15
     fig, axes = plt.subplots(len(dists), 1, figsize=(max(6, 0.45 * n_show), 2.2 * len(dists)), squeeze=False)
     for ax, (title, p) in zip(axes[:, 0], dists.items()):
         ax.bar(range(len(names)), p[order].numpy(), color="tab:blue" if title == "base" else "tab:orange")
         kept = int((p > 0).sum())
         ax.set_title(f"{title}  ({kept} tokens kept)", fontsize=9)
-        ax.set_ylim(0, 1)
+        ax.set_ylim(0, top)
         ax.set_xticks(range(len(names)), names, rotation=60, fontsize=7)
     return save_figure(fig, out)

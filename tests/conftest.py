@@ -22,3 +22,12 @@ def shared_data() -> Path:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run a test on one torch thread (tiny models are fastest so, and 2 shared cores do not thrash)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

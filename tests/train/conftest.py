@@ -36,11 +36,6 @@ def tokens(tmp_path) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models train fastest on one thread, and the 2 shared cores do not thrash."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_torch_thread):
+    """Every training test runs on one torch thread (see tests/conftest.py)."""
     yield
-    torch.set_num_threads(before)

@@ -1,7 +1,8 @@
 """Named TrainConfig presets (plain Python, looked up by exact name; the error lists them).
 
 - smoke: a seconds-long run of a very small llama (CI, first try).
-- quickstart: the main job's tiny llama on the default corpus, sized for a few minutes on 2 CPU cores.
+- quickstart: the main job's tiny llama on the default corpus, sized for a few minutes on 2 CPU cores
+  (fp32: at this size bf16 autocast on CPU measured up to 15x slower per step with 2 threads).
 - shakespeare-char: the winning CPU speedrun recipe on character-level tinyshakespeare
   (benchmarks/speedrun_shakespeare.py); pass --train_data with a char-level token file.
 """
@@ -27,7 +28,7 @@ def _quickstart() -> TrainConfig:
     return TrainConfig(
         model={"d_model": 192, "n_layers": 4, "n_heads": 6, "n_kv_heads": 2, "max_seq_len": 128, "attn_impl": "sdpa"},
         batch_size=16, seq_len=128, max_steps=2000, max_time_s=180.0, warmup_steps=50, lr=2e-3, min_lr=2e-4,
-        schedule="wsd", decay_frac=0.3, dtype="bf16", eval_interval=100, eval_batches=10, ckpt_interval=200,
+        schedule="wsd", decay_frac=0.3, dtype="fp32", eval_interval=100, eval_batches=10, ckpt_interval=200,
         log_interval=10, out_dir="runs/quickstart", **FAST,
     )
 

@@ -27,6 +27,7 @@ def run_quickstart(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quickstart", help="main job: build a corpus, train a BPE tokenizer and a tiny llama, sample",
+                       allow_abbrev=False,
                        description="Train a tokenizer and a tiny llama-style model on the default corpus "
                                    "(Python stdlib sources + pydoc topics) or --data PATH; any TrainConfig field "
                                    "can be overridden as --key=value.")

@@ -48,7 +48,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "train", help="pretrain a model (JSON config or preset, --key=value overrides, --resume)",
+        "train", help="pretrain a model (JSON config or preset, --key=value overrides, --resume)", allow_abbrev=False,
         description="Pretrain a model. Any TrainConfig field can be overridden as --key=value "
                     "(model fields as --model.FIELD=value).",
     )

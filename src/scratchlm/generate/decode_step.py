@@ -5,7 +5,8 @@ through torch.compile (inductor, dynamic in the cache length so it compiles once
 not per step) with inductor *freezing*: the weights are baked into the compiled graph as constants,
 which lets oneDNN pre-pack them (with bf16 weights this uses the CPU's AMX/AVX512-BF16 matmul
 kernels), and `cpp_wrapper`: the step's kernel calls are made from generated C++ rather than Python
-(1.7x tokens per CPU-second in bf16 at batch 1; see benchmarks/RESULTS.md). Because the weights are baked in, changing
+(A/B on the shared machine: +5-10% tokens per CPU-second at batch 1, within noise at batch 8, +20 s
+compile; see benchmarks/RESULTS.md). Because the weights are baked in, changing
 them after the first compiled call is refused with a ValueError (use the eager step while training).
 """
 

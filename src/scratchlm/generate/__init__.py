@@ -2,5 +2,6 @@
 
 from scratchlm.generate.engine import generate, iter_decode
 from scratchlm.generate.sampling import SamplingParams
+from scratchlm.generate.streaming import stream_generate
 
-__all__ = ["SamplingParams", "generate", "iter_decode"]
+__all__ = ["SamplingParams", "generate", "iter_decode", "stream_generate"]

@@ -5,10 +5,6 @@
 # Extra arguments go to `scratchlm quickstart` (e.g. ./run.sh --data my.txt --minutes 10).
 set -euo pipefail
 cd "$(dirname "$0")"
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q torch==2.13.0
-fi
+. scripts/ensure_venv.sh
 .venv/bin/pip install -q -e .
 .venv/bin/scratchlm quickstart --overwrite "$@"

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from scratchlm.checkpoint import load_model
+from scratchlm.generate.decode_step import DECODE_MODES
 from scratchlm.generate.sampling import SamplingParams
 from scratchlm.generate.streaming import stream_generate
 from scratchlm.model import TransformerLM
@@ -27,7 +28,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", metavar="DIR", help="tokenizer dir (default: the checkpoint dir)")
     p.add_argument("--attn", choices=["reference", "sdpa"], default="sdpa", help="attention implementation")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights/activations dtype")
-    p.add_argument("--compile", action="store_true", help="torch.compile the decode step (see benchmarks/RESULTS.md)")
+    p.add_argument("--decode", choices=DECODE_MODES, default="fast",
+                   help="decode step: fast = packed weights, same output as the model (default); model = the "
+                        "reference forward; fast-int8 = int8 weight-only (approximate, fastest); compiled = "
+                        "torch.compile (slow warm-up); see benchmarks/RESULTS.md")
 
 
 def add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
@@ -49,7 +53,7 @@ def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """SamplingParams fields + seed + stop strings from parsed flags (validated by SamplingParams)."""
     fields = {f: getattr(args, f) for f in SamplingParams.__dataclass_fields__}
     SamplingParams(**fields)
-    return {**fields, "seed": args.seed, "stop_strings": args.stop, "compile_decode": args.compile}
+    return {**fields, "seed": args.seed, "stop_strings": args.stop, "decode": args.decode}
 
 
 def load_for_generation(args: argparse.Namespace) -> tuple[TransformerLM, Any]:

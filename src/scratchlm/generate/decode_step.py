@@ -1,6 +1,13 @@
 """One decode step: tokens (B, 1) at positions (B, 1) -> next-token logits (B, V), cache advanced by 1.
 
-Eager by default (`forward_last`, the model's own forward). `compiled=True` runs the same forward
+Modes (DECODE_MODES, the `decode=` argument of the engine):
+    "model"      the model's own forward (`forward_last`): the reference path
+    "fast"       generate.fast_decode.FastDecoder: the same math with re-packed weights and fewer ops
+    "fast-int8"  FastDecoder with int8 weight-only matrices (quantization error; fastest when memory bound)
+    "compiled"   the model's forward through torch.compile (below)
+Packed decoders are cached per model and rebuilt when its weights change (version counters).
+
+`compiled` runs the same forward
 through torch.compile (inductor, dynamic in the cache length so it compiles once per batch shape,
 not per step) with inductor *freezing*: the weights are baked into the compiled graph as constants,
 which lets oneDNN pre-pack them (with bf16 weights this uses the CPU's AMX/AVX512-BF16 matmul
@@ -18,6 +25,7 @@ from typing import Callable
 
 import torch
 
+from scratchlm.generate.fast_decode import FastDecoder, supports
 from scratchlm.model import TransformerLM
 from scratchlm.nn.kv_cache import KVCache
 
@@ -55,14 +63,38 @@ def check_frozen_weights(model: TransformerLM) -> None:
     if seen.setdefault(model, now) != now:
         raise ValueError(
             "the model's weights changed after its decode step was compiled (weights are frozen into the "
-            "compiled graph); use compile_decode=False while training, or build a fresh model object"
+            "compiled graph); use decode='model' or 'fast' while training, or build a fresh model object"
         )
 
 
-def make_decode_step(model: TransformerLM, compiled: bool = False) -> DecodeStep:
-    """The step function bound to `model`: eager forward_last, or its frozen torch.compile'd twin."""
-    if not compiled:
+DECODE_MODES = ("model", "fast", "fast-int8", "compiled")
+
+
+@functools.cache
+def _packed_decoders() -> weakref.WeakKeyDictionary:
+    """model -> {quant: (weight versions, FastDecoder)}."""
+    return weakref.WeakKeyDictionary()
+
+
+def fast_decoder(model: TransformerLM, quant: str | None = None) -> FastDecoder:
+    """The model's FastDecoder for `quant`, packed on first use and re-packed after any weight update."""
+    per_model = _packed_decoders().setdefault(model, {})
+    versions = weight_versions(model)
+    hit = per_model.get(quant)
+    if hit is None or hit[0] != versions:
+        hit = per_model[quant] = (versions, FastDecoder(model, quant=quant))
+    return hit[1]
+
+
+def make_decode_step(model: TransformerLM, mode: str = "model") -> DecodeStep:
+    """The step function bound to `model` for a DECODE_MODES mode (ValueError on an unknown one)."""
+    if mode not in DECODE_MODES:
+        raise ValueError(f"unknown decode mode {mode!r}; valid: {DECODE_MODES}")
+    if mode == "model" or (mode.startswith("fast") and not supports(model.config)):
         return functools.partial(forward_last, model)
+    if mode.startswith("fast"):
+        dec = fast_decoder(model, "int8" if mode == "fast-int8" else None)
+        return lambda tokens, positions, mask, cache: dec.step(tokens[:, 0], positions[:, 0], mask, cache)
     import torch._inductor.config as inductor_config  # heavy: only when compiling
 
     check_frozen_weights(model)

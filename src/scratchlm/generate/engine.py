@@ -55,12 +55,16 @@ def iter_decode(
     params: SamplingParams,
     seed: int | None = None,
     pad_id: int = 0,
-    compile_decode: bool = False,
+    decode: str = "model",
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield (next token (B,) int64, the raw logits (B, V) it was chosen from), max_new_tokens times.
 
     The caller stops early by closing the iterator (e.g. `break` once every row has stopped).
+    decode: how each step runs, one of generate.decode_step.DECODE_MODES ("model" = the reference forward,
+    "fast" = packed weights, same result; "fast-int8"; "compiled"). The prompt always prefills through
+    the model's forward.
     """
+    step = make_decode_step(model, decode)
     check_prompts(prompts, model.config.vocab_size)
     device = model.lm_head.weight.device
     batch = left_pad(prompts, pad_id, device)
@@ -73,7 +77,6 @@ def iter_decode(
         key_mask[:, :p] = batch.valid
     counts = token_counts(batch.ids, model.config.vocab_size, batch.valid) if params.uses_counts else None
     generator = make_generator(seed, device)
-    step = make_decode_step(model, compile_decode)
     prefill_mask = None if key_mask is None else key_mask[:, :p]
     logits = model(batch.ids, batch.positions, prefill_mask, cache, logits_to_keep=1)[:, -1]  # (B, V)
     positions = batch.lengths[:, None].clone()  # (B, 1) position of the next token
@@ -99,7 +102,7 @@ def generate(
     tokenizer: Any = None,
     seed: int | None = None,
     pad_id: int = 0,
-    compile_decode: bool = False,
+    decode: str = "model",
     on_token: Callable[[int, int], None] | None = None,
     **sampling: Any,
 ) -> list[list[int]]:
@@ -109,11 +112,12 @@ def generate(
     frequency_penalty, presence_penalty); temperature 0 (default) is greedy. A row ends at its first
     stop token id (kept in the output) or when its decoded text contains a stop string (needs
     `tokenizer`; the completing token is kept). on_token(row, token) is called for every kept token.
+    decode: "model" (reference), "fast", "fast-int8" or "compiled" (see iter_decode).
     """
     params = sampling_params(**sampling)
     stopper = StopChecker(len(prompts), stop_token_ids, stop_strings, tokenizer)
     outputs: list[list[int]] = [[] for _ in prompts]
-    for token, _ in iter_decode(model, prompts, max_new_tokens, params, seed, pad_id, compile_decode):
+    for token, _ in iter_decode(model, prompts, max_new_tokens, params, seed, pad_id, decode):
         for row, tok in enumerate(token.tolist()):
             if stopper.done[row]:
                 continue

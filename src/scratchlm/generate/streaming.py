@@ -33,7 +33,7 @@ def stream_generate(
     stop_token_ids: Iterable[int] | None = None,
     stop_strings: Iterable[str] = (),
     seed: int | None = None,
-    compile_decode: bool = False,
+    decode: str = "model",
     **sampling: Any,
 ) -> Iterator[str]:
     """Yield text deltas of the reply to `prompt` (token ids). stop_token_ids=None -> default_stop_ids."""
@@ -41,7 +41,7 @@ def stream_generate(
     stop_ids = default_stop_ids(tokenizer) if stop_token_ids is None else list(stop_token_ids)
     stopper = StopChecker(1, stop_ids, stop_strings, tokenizer, track_text=True)
     shown = 0
-    for token, _ in iter_decode(model, [prompt], max_new_tokens, params, seed, 0, compile_decode):
+    for token, _ in iter_decode(model, [prompt], max_new_tokens, params, seed, 0, decode):
         stopper.push(0, int(token[0]))
         if stopper.done[0]:
             break

@@ -1,0 +1,259 @@
+"""A lean one-token decode step: the model's math with its weights re-packed for batch-1/8 GEMVs.
+
+Decoding one token per row is memory bound: every step streams all weights once. The model's own
+forward spends more time in per-op overhead (~40 small ops per layer) than in its matmuls at this
+size. `FastDecoder` computes exactly the same function (pre-norm blocks) with fewer, cheaper ops:
+
+    qkv   = x_n @ [Wq; Wk; Wv]^T                       one GEMV instead of three
+    gu    = x_n @ [Wgate; Wup]^T                        one GEMV instead of two
+    W^T   stored contiguous (in, out)                  x @ W^T streams the matrix row by row
+    norm  RMSNorm(x) = x * rsqrt(mean(x^2) + eps) * g,  g folded into the next matrix:
+          (x * r * g) @ W^T = (x * r) @ (diag(g) W^T)
+    RoPE  rot(x) = x @ R,  R the fixed signed permutation of the pairing style (exact: one +-1 per column),
+          x' = x * cos + rot(x) * sin                   both styles, one table lookup per step
+    attn  softmax(q K^T / sqrt(Hd)) V on the cache slots [0, S), q grouped (B, KvH, G, Hd) for GQA/MQA
+
+It reads and writes the model's KVCache in the model's layout, so prefill runs through the model and
+the steps through this class (or the other way round) interchangeably. Post-norm blocks are not packed
+(`supports(config)` says so; the engine then uses the model's step). Memory: a second copy of every
+matrix (the tied LM head included), so keep using the model for training.
+Test: tests/generate/test_fast_decode.py (logits == the model's cached forward, every config family).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from scratchlm.config import ModelConfig
+from scratchlm.model import TransformerLM
+from scratchlm.nn.kv_cache import KVCache
+
+FAST_ACTIVATIONS = {
+    "relu": F.relu,
+    "sigmoid": torch.sigmoid,
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+def supports(config: ModelConfig) -> bool:
+    """True when FastDecoder can pack this architecture (every pre-norm config)."""
+    return config.norm_placement == "pre"
+
+
+def rope_rotation(head_dim: int, style: str, dtype: torch.dtype) -> torch.Tensor:
+    """R (Hd, Hd) with x @ R = the 'rotate by 90 degrees' partner of x for the pairing style.
+
+    half:        (a, b) = (x[:d/2], x[d/2:])   -> (-b, a)
+    interleaved: pairs (x[2i], x[2i+1])        -> (-x[2i+1], x[2i])
+    """
+    r = torch.zeros(head_dim, head_dim, dtype=dtype)
+    half = head_dim // 2
+    for i in range(half):
+        a, b = (i, i + half) if style == "half" else (2 * i, 2 * i + 1)
+        r[b, a] = -1.0  # out[a] = -x[b]
+        r[a, b] = 1.0  # out[b] = x[a]
+    return r
+
+
+def rope_tables(cos: torch.Tensor, sin: torch.Tensor, style: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(T_max, Hd/2) tables -> (T_max, Hd) laid out like the head dims of the style."""
+    if style == "half":
+        return torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+    return cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-row int8: s_o = max_i |W[o, i]| / 127,  q = clamp(round(W / s), -127, 127).
+
+    W ~ q * s (the dequantized matrix); w (out, in) fp32 -> q (out, in) int8, s (out,) fp32.
+    """
+    s = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0
+    q = torch.clamp(torch.round(w / s[:, None]), -127, 127).to(torch.int8)
+    return q, s
+
+
+class PackedLinear:
+    """y = x @ W^T + b, stored for small-batch speed; returns the model's dtype.
+
+    Plain: W (out, in) in the model's dtype; a batch of one row uses a contiguous W^T (in, out) copy made
+    on first use (the row-major GEMV over W^T streams ~20% faster on the CPUs measured; for B > 1,
+    W @ x^T is the faster GEMM), see benchmarks/RESULTS.md. int8 (`quant="int8"`): q + per-row
+    scales for torch's `_weight_int8pack_mm` kernel (bf16 activations).
+    """
+
+    def __init__(self, w: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype, quant: str | None) -> None:
+        self.dtype, self.quant = dtype, quant
+        self.bias = None if bias is None else bias.to(dtype)
+        self.wt: torch.Tensor | None = None
+        if quant == "int8":
+            self.q, scale = quantize_int8(w.float())
+            self.scale = scale.to(torch.bfloat16)
+        else:
+            self.w = w.to(dtype).contiguous()  # (out, in)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, in) -> (B, out)."""
+        if self.quant == "int8":
+            y = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.q, self.scale).to(self.dtype)
+            return y if self.bias is None else y + self.bias
+        x = x.to(self.dtype)
+        if x.shape[0] == 1:
+            if self.wt is None:
+                self.wt = self.w.t().contiguous()  # (in, out)
+            y = x @ self.wt
+        else:
+            y = (self.w @ x.t()).t()  # (out, in) @ (in, B) -> (B, out)
+        return y if self.bias is None else y + self.bias
+
+    def dequantized(self) -> torch.Tensor:
+        """The matrix this computes with, W (out, in) fp32 (q * s for int8)."""
+        if self.quant == "int8":
+            return self.q.float() * self.scale.float()[:, None]
+        return self.w.float()
+
+
+class PackedNorm:
+    """RMSNorm/LayerNorm whose gain is folded into the following matrix: returns the un-gained x_hat.
+
+    rms:   x_hat = x * rsqrt(mean(x^2) + eps)          (computed in fp32, like the model's norms)
+    layer: x_hat = (x - mean) * rsqrt(var + eps)        the LayerNorm bias b becomes b @ W^T, added to the
+                                                        following matmul's bias
+    """
+
+    def __init__(self, kind: str, eps: float) -> None:
+        self.kind, self.eps = kind, eps
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        if self.kind == "layernorm":
+            return F.layer_norm(x32, x32.shape[-1:], eps=self.eps)
+        return x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + self.eps)
+
+
+def packed(linears: list[torch.nn.Module], dtype: torch.dtype, quant: str | None,
+           norm: torch.nn.Module | None = None) -> PackedLinear:
+    """The linears (same input) stacked into one matrix [W_1; W_2; ...]; when they read norm(x), the
+    norm's gain g is folded in (W diag(g)) and a LayerNorm bias beta becomes the extra bias W beta."""
+    w = torch.cat([lin.weight.detach().float() for lin in linears])  # (out, in)
+    b = None if linears[0].bias is None else torch.cat([lin.bias.detach().float() for lin in linears])
+    if norm is not None:
+        norm_bias = getattr(norm, "bias", None)
+        if norm_bias is not None:  # (x_hat g + beta) W^T = x_hat (g W^T) + beta W^T
+            extra = w @ norm_bias.detach().float()
+            b = extra if b is None else b + extra
+        w = w * norm.weight.detach().float()[None, :]
+    return PackedLinear(w, b, dtype, quant)
+
+
+class PackedLayer:
+    """One pre-norm block's weights, packed (see the module docstring)."""
+
+    def __init__(self, block: torch.nn.Module, config: ModelConfig, dtype: torch.dtype, quant: str | None) -> None:
+        attn, mlp = block.self_attn, block.mlp
+        self.norm1 = PackedNorm(config.norm, config.norm_eps)
+        self.norm2 = PackedNorm(config.norm, config.norm_eps)
+        self.qkv = packed([attn.q_proj, attn.k_proj, attn.v_proj], dtype, quant, block.input_layernorm)
+        self.o = packed([attn.o_proj], dtype, quant)
+        self.gated = config.ffn == "swiglu"
+        ins = [mlp.gate_proj, mlp.up_proj] if self.gated else [mlp.up_proj]
+        self.ffn_in = packed(ins, dtype, quant, block.post_attention_layernorm)
+        self.down = packed([mlp.down_proj], dtype, quant)
+        self.act = FAST_ACTIVATIONS[config.activation]
+        self.qk_gain = None
+        if config.qk_norm:  # per-head RMSNorm gains of q and k, stacked to match the (H + KvH) qk heads
+            gains = [attn.q_norm.weight.detach()] * config.n_heads + [attn.k_norm.weight.detach()] * config.n_kv_heads
+            self.qk_gain = torch.stack(gains).float()  # (H + KvH, Hd)
+
+    def ffn(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, D) -> FFN(norm2(x)) (B, D)."""
+        h = self.ffn_in(self.norm2(x))  # (B, 2F) gate|up, or (B, F)
+        if self.gated:
+            gate, up = h.chunk(2, dim=-1)
+            return self.down(F.silu(gate) * up)
+        return self.down(self.act(h))
+
+
+QUANT_MODES = (None, "int8")
+
+
+class FastDecoder:
+    """Packed weights of a pre-norm TransformerLM + a one-token step over the model's KVCache.
+
+    quant=None computes in the model's dtype (fp32: equal to the model's forward to ~1e-6);
+    quant="int8" stores every matrix as int8 rows with per-row scales (see quantize_int8), a quarter
+    of the fp32 bytes: decoding is memory bound, so this is the fastest mode, at the cost of the
+    quantization error (tests bound it against the model with the dequantized weights).
+    """
+
+    def __init__(self, model: TransformerLM, quant: str | None = None) -> None:
+        c = model.config
+        if not supports(c):
+            raise ValueError(f"FastDecoder packs pre-norm models only, got norm_placement={c.norm_placement!r}; "
+                             "use the model's own step (fast_decode=False)")
+        if quant not in QUANT_MODES:
+            raise ValueError(f"unknown quant {quant!r}; valid: {QUANT_MODES}")
+        if quant == "int8" and not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
+            raise ValueError("quant='int8' needs torch's _weight_int8pack_mm kernel (torch >= 2.4); use quant=None")
+        self.config, self.quant = c, quant
+        self.dtype = model.lm_head.weight.dtype
+        self.h, self.kvh, self.hd = c.n_heads, c.n_kv_heads, c.head_dim
+        self.scale = 1.0 / math.sqrt(c.head_dim)
+        self.embed = model.model.embed_tokens.weight.detach()
+        self.positions = model.model.embed_positions  # learned/sinusoidal module or None
+        self.layers = [PackedLayer(block, c, self.dtype, quant) for block in model.model.layers]
+        self.final_norm = PackedNorm(c.norm, c.norm_eps)
+        self.head = packed([model.lm_head], self.dtype, quant, model.model.norm)
+        self.qk_eps = c.norm_eps
+        rope = model.model.rotary_emb
+        self.rope = None
+        if rope is not None:
+            cos, sin = rope_tables(rope.cos, rope.sin, rope.style)
+            self.rope = (cos, sin, rope_rotation(c.head_dim, rope.style, torch.float32))
+
+    def rotate(self, qk: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, layer: PackedLayer) -> torch.Tensor:
+        """qk (B, H + KvH, Hd) in fp32 -> QK-norm (if any), then RoPE with this step's (cos, sin) (B, 1, Hd)."""
+        if layer.qk_gain is not None:
+            qk = qk * torch.rsqrt(qk.square().mean(-1, keepdim=True) + self.qk_eps) * layer.qk_gain
+        if rope is None:
+            return qk
+        cos, sin = rope
+        return torch.addcmul(qk * cos, qk @ self.rope[2], sin)
+
+    @torch.inference_mode()
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor | None,
+             cache: KVCache) -> torch.Tensor:
+        """tokens (B,), RoPE positions (B,), key_mask (B, S) bool over slots [0, S) or None, cache at
+        seq_len S - 1 -> next-token logits (B, V); writes slot S - 1 of every layer and advances."""
+        b = tokens.shape[0]
+        s = cache.seq_len
+        if s + 1 > cache.max_seq_len:
+            raise ValueError(f"KV cache overflow: {s + 1} tokens > cache capacity {cache.max_seq_len}; "
+                             "allocate a larger cache (max_seq_len) or shorten prompt + max_new_tokens")
+        h, kvh, hd = self.h, self.kvh, self.hd
+        x = F.embedding(tokens, self.embed)  # (B, D)
+        if self.positions is not None:
+            x = x + self.positions(positions).to(x.dtype)
+        ks, vs = cache.k.unbind(0), cache.v.unbind(0)  # per layer (B, KvH, T_max, Hd)
+        rope = None if self.rope is None else (self.rope[0][positions][:, None], self.rope[1][positions][:, None])
+        bias = None
+        if key_mask is not None:  # (B, 1, 1, S): 0 where visible, -inf on padding
+            bias = torch.zeros(key_mask.shape).masked_fill_(~key_mask, float("-inf"))[:, None, None]
+        for i, layer in enumerate(self.layers):
+            qkv = layer.qkv(layer.norm1(x))  # (B, (H + 2 KvH) Hd)
+            qk = self.rotate(qkv[:, : (h + kvh) * hd].view(b, h + kvh, hd).float(), rope, layer)
+            ks[i].select(2, s).copy_(qk[:, h:])  # (B, KvH, Hd) into slot s
+            vs[i].select(2, s).copy_(qkv[:, (h + kvh) * hd:].view(b, kvh, hd))
+            q = qk[:, :h].reshape(b, kvh, h // kvh, hd).to(cache.k.dtype)  # (B, KvH, G, Hd)
+            scores = (q @ ks[i][:, :, : s + 1].transpose(-1, -2)).float() * self.scale  # (B, KvH, G, S)
+            if bias is not None:
+                scores = scores + bias
+            probs = torch.softmax(scores, dim=-1).to(cache.v.dtype)
+            x = x + layer.o((probs @ vs[i][:, :, : s + 1]).view(b, h * hd))  # (B, H*Hd) -> (B, D)
+            x = x + layer.ffn(x)
+        cache.advance(1)
+        return self.head(self.final_norm(x))  # (B, V) in the model dtype, like its forward

@@ -2,8 +2,9 @@
 
 Shape (the llama-small preset): vocab 8192, 6 layers, D 384, 6 heads / 2 KV heads, d_ff 1024, tied
 embeddings; batch 8 x 256 tokens. One step = forward, cross entropy, backward, AdamW, zero_grad. Both
-sides use torch's fused AdamW and SDPA attention (our fast paths; `--ours-ref` uses our from-scratch
-attention/loss/AdamW instead); bf16 = torch.autocast on both. Steps of the two are interleaved so
+sides use torch's fused AdamW and SDPA attention; ours also its fused norm/SiLU/RoPE path
+(ops_impl="fused") and torch's cross entropy (`--ours-ref` uses our from-scratch attention, ops, loss
+and AdamW instead); bf16 = torch.autocast on both. Steps of the two are interleaved so
 machine load hits both alike; tok/s from the median step time. MFU = tok/s x training FLOPs/token
 (scratchlm.model_stats, attention included) / the matmul peak of that dtype measured in this run.
 Prints one JSON object.   python benchmarks/train_step.py [--steps 6] [--compile] [--dtypes fp32,bf16]
@@ -54,7 +55,8 @@ def make_step(model, loss_fn, opt, dtype: str):
 def run_dtype(dtype: str, args, x, y) -> dict:
     torch.manual_seed(0)
     impl = "reference" if args.ours_ref else "torch"
-    ours = TransformerLM(get_preset("llama-small", max_seq_len=args.seq_len, attn_impl="reference" if args.ours_ref else "sdpa"))
+    ours = TransformerLM(get_preset("llama-small", max_seq_len=args.seq_len, attn_impl="reference" if args.ours_ref else "sdpa",
+                                    ops_impl="reference" if args.ours_ref else "fused"))
     hf = hf_twin(ours)
     ours_step = make_step(torch.compile(ours) if args.compile else ours,
                           lambda lg, t: cross_entropy(lg, t, impl=impl),

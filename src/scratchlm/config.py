@@ -26,6 +26,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "rope_style": ROPE_STYLES,
     "norm_placement": ("pre", "post"),
     "attn_impl": ATTN_IMPLS,
+    "ops_impl": ("reference", "fused"),
 }
 
 
@@ -57,6 +58,7 @@ class ModelConfig:
     norm_placement: str = "pre"
     tie_embeddings: bool = True
     attn_impl: str = "reference"
+    ops_impl: str = "reference"  # "fused": norms, activations and RoPE through torch's fused kernels
     init_std: float = 0.02
     # names of the fields filled in by __post_init__ (re-derived by `replace` unless given)
     derived: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)

@@ -31,9 +31,10 @@ from scratchlm.nn.rope import RotaryEmbedding
 
 def make_norm(config: ModelConfig, dim: int) -> nn.Module:
     """RMSNorm or LayerNorm as the config says."""
+    fused = config.ops_impl == "fused"
     if config.norm == "rmsnorm":
-        return RMSNorm(dim, config.norm_eps)
-    return LayerNorm(dim, config.norm_eps, bias=config.norm_bias)
+        return RMSNorm(dim, config.norm_eps, fused=fused)
+    return LayerNorm(dim, config.norm_eps, bias=config.norm_bias, fused=fused)
 
 
 class Block(nn.Module):
@@ -46,13 +47,14 @@ class Block(nn.Module):
         self.self_attn = Attention(
             config.d_model, config.n_heads, config.n_kv_heads, config.head_dim, qkv_bias=config.qkv_bias,
             out_bias=config.attn_out_bias, qk_norm=config.qk_norm, norm_eps=config.norm_eps, rope=rope,
-            attn_impl=config.attn_impl,
+            attn_impl=config.attn_impl, fused=config.ops_impl == "fused",
         )
         self.post_attention_layernorm = make_norm(config, config.d_model)
+        fused = config.ops_impl == "fused"
         if config.ffn == "swiglu":
-            self.mlp: nn.Module = SwiGLU(config.d_model, config.d_ff, bias=config.mlp_bias)
+            self.mlp: nn.Module = SwiGLU(config.d_model, config.d_ff, bias=config.mlp_bias, fused=fused)
         else:
-            self.mlp = MLP(config.d_model, config.d_ff, config.activation, bias=config.mlp_bias)
+            self.mlp = MLP(config.d_model, config.d_ff, config.activation, bias=config.mlp_bias, fused=fused)
 
     def forward(
         self,
@@ -85,7 +87,8 @@ class Decoder(nn.Module):
         elif config.pos_embedding == "sinusoidal":
             self.embed_positions = SinusoidalPositions(config.max_seq_len, config.d_model)
         elif config.pos_embedding == "rope":
-            rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_base, config.rope_style)
+            rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_base, config.rope_style,
+                                   fused=config.ops_impl == "fused")
         self.rotary_emb = rope
         self.layers = nn.ModuleList(Block(config, rope) for _ in range(config.n_layers))
         # post-norm blocks already end in a norm; pre-norm needs a final one

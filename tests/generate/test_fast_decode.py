@@ -14,7 +14,8 @@ from scratchlm.config import ModelConfig
 from scratchlm.generate import generate
 from scratchlm.generate.decode_step import fast_decoder, make_decode_step
 from scratchlm.generate.engine import iter_decode
-from scratchlm.generate.fast_decode import FastDecoder, quantize_int8, rope_rotation
+from scratchlm.generate.fast_decode import FastDecoder, quantize_int8
+from scratchlm.nn.rope import rope_rotation
 from scratchlm.generate.sampling import SamplingParams
 from scratchlm.model import TransformerLM
 

@@ -25,9 +25,10 @@ def _hf_llama(c: ModelConfig) -> LlamaForCausalLM:
     return LlamaForCausalLM(hf_cfg).eval()
 
 
-@pytest.mark.parametrize("tie, impl", [(True, "reference"), (False, "sdpa"), (False, "reference")])
-def test_llama_style_logits_match_hf(tie: bool, impl: str) -> None:
-    config = get_preset("llama-tiny", tie_embeddings=tie, attn_impl=impl, vocab_size=300, max_seq_len=64)
+@pytest.mark.parametrize("tie, impl, ops", [(True, "reference", "reference"), (False, "sdpa", "reference"),
+                                           (False, "reference", "reference"), (True, "sdpa", "fused")])
+def test_llama_style_logits_match_hf(tie: bool, impl: str, ops: str) -> None:
+    config = get_preset("llama-tiny", tie_embeddings=tie, attn_impl=impl, ops_impl=ops, vocab_size=300, max_seq_len=64)
     ours = TransformerLM(config).eval()
     hf = _hf_llama(config)
     missing, unexpected = hf.load_state_dict(ours.state_dict(), strict=False)

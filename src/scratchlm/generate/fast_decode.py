@@ -29,42 +29,13 @@ import torch.nn.functional as F
 
 from scratchlm.config import ModelConfig
 from scratchlm.model import TransformerLM
+from scratchlm.nn.activations import TORCH_ACTIVATIONS
 from scratchlm.nn.kv_cache import KVCache
-
-FAST_ACTIVATIONS = {
-    "relu": F.relu,
-    "sigmoid": torch.sigmoid,
-    "silu": F.silu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-}
-
+from scratchlm.nn.rope import rope_rotation, rope_tables
 
 def supports(config: ModelConfig) -> bool:
     """True when FastDecoder can pack this architecture (every pre-norm config)."""
     return config.norm_placement == "pre"
-
-
-def rope_rotation(head_dim: int, style: str, dtype: torch.dtype) -> torch.Tensor:
-    """R (Hd, Hd) with x @ R = the 'rotate by 90 degrees' partner of x for the pairing style.
-
-    half:        (a, b) = (x[:d/2], x[d/2:])   -> (-b, a)
-    interleaved: pairs (x[2i], x[2i+1])        -> (-x[2i+1], x[2i])
-    """
-    r = torch.zeros(head_dim, head_dim, dtype=dtype)
-    half = head_dim // 2
-    for i in range(half):
-        a, b = (i, i + half) if style == "half" else (2 * i, 2 * i + 1)
-        r[b, a] = -1.0  # out[a] = -x[b]
-        r[a, b] = 1.0  # out[b] = x[a]
-    return r
-
-
-def rope_tables(cos: torch.Tensor, sin: torch.Tensor, style: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(T_max, Hd/2) tables -> (T_max, Hd) laid out like the head dims of the style."""
-    if style == "half":
-        return torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
-    return cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,7 +134,7 @@ class PackedLayer:
         ins = [mlp.gate_proj, mlp.up_proj] if self.gated else [mlp.up_proj]
         self.ffn_in = packed(ins, dtype, quant, block.post_attention_layernorm)
         self.down = packed([mlp.down_proj], dtype, quant)
-        self.act = FAST_ACTIVATIONS[config.activation]
+        self.act = TORCH_ACTIVATIONS[config.activation]
         self.qk_gain = None
         if config.qk_norm:  # per-head RMSNorm gains of q and k, stacked to match the (H + KvH) qk heads
             gains = [attn.q_norm.weight.detach()] * config.n_heads + [attn.k_norm.weight.detach()] * config.n_kv_heads

@@ -61,8 +61,9 @@ def build_with_weights(config: ModelConfig, state: dict[str, torch.Tensor], dire
         model.lm_head.weight = model.model.embed_tokens.weight
     rope = model.model.rotary_emb
     if rope is not None:
-        fresh = RotaryEmbedding(rope.head_dim, rope.max_seq_len, rope.base, rope.style)
-        rope.cos, rope.sin = fresh.cos, fresh.sin
+        fresh = RotaryEmbedding(rope.head_dim, rope.max_seq_len, rope.base, rope.style, fused=rope.fused)
+        for name, table in fresh.named_buffers():  # cos/sin (and the fused full-width tables)
+            setattr(rope, name, table)
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise ValueError(f"internal error: tensors {left[:5]} were not materialised after loading {directory}")

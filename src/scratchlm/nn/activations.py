@@ -5,6 +5,9 @@ sigmoid(x)   = 1 / (1 + e^-x), evaluated as z = e^-|x|: x>=0 -> 1/(1+z), x<0 -> 
 silu(x)      = x * sigmoid(x)                                    (a.k.a. swish, beta = 1)
 gelu(x)      = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))           ("none" approximation, exact)
 gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (GPT-2's "gelu_new")
+
+TORCH_ACTIVATIONS: the same functions as torch's fused kernels (F.silu, F.gelu, ...), the fast path
+chosen by `get_activation(name, fused=True)`; equality tested in tests/unit/test_fused_ops.py.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import math
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 
 def relu(x: torch.Tensor) -> torch.Tensor:
@@ -45,9 +49,18 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def get_activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Look up an activation by exact name; the error lists the valid names."""
+TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "sigmoid": torch.sigmoid,
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+def get_activation(name: str, fused: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Look up an activation by exact name (ours, or torch's kernel when fused); the error lists the valid names."""
     try:
-        return ACTIVATIONS[name]
+        return (TORCH_ACTIVATIONS if fused else ACTIVATIONS)[name]
     except KeyError:
         raise ValueError(f"unknown activation {name!r}; valid: {sorted(ACTIVATIONS)}") from None

@@ -88,6 +88,7 @@ class Attention(nn.Module):
         norm_eps: float = 1e-6,
         rope: RotaryEmbedding | None = None,
         attn_impl: str = "reference",
+        fused: bool = False,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -105,8 +106,8 @@ class Attention(nn.Module):
         self.k_proj = Linear(d_model, n_kv_heads * head_dim, bias=qkv_bias)
         self.v_proj = Linear(d_model, n_kv_heads * head_dim, bias=qkv_bias)
         self.o_proj = Linear(n_heads * head_dim, d_model, bias=out_bias)
-        self.q_norm = RMSNorm(head_dim, norm_eps) if qk_norm else None
-        self.k_norm = RMSNorm(head_dim, norm_eps) if qk_norm else None
+        self.q_norm = RMSNorm(head_dim, norm_eps, fused=fused) if qk_norm else None
+        self.k_norm = RMSNorm(head_dim, norm_eps, fused=fused) if qk_norm else None
         self.rope = rope
 
     def project_qkv(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from scratchlm.nn.activations import get_activation, silu
+from scratchlm.nn.activations import get_activation
 from scratchlm.nn.linear import Linear
 
 
@@ -25,11 +25,11 @@ def swiglu_hidden_dim(d_model: int, multiple_of: int = 64) -> int:
 class MLP(nn.Module):
     """Two-layer MLP with a pointwise activation (GELU by default)."""
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True) -> None:
+    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True, fused: bool = False) -> None:
         super().__init__()
         self.up_proj = Linear(d_model, d_ff, bias=bias)
         self.down_proj = Linear(d_ff, d_model, bias=bias)
-        self.act = get_activation(activation)
+        self.act = get_activation(activation, fused)
         self.activation = activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -39,11 +39,12 @@ class MLP(nn.Module):
 class SwiGLU(nn.Module):
     """Gated FFN (Shazeer 2020, "GLU Variants Improve Transformer") with SiLU gate."""
 
-    def __init__(self, d_model: int, d_ff: int, bias: bool = False) -> None:
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False, fused: bool = False) -> None:
         super().__init__()
+        self.act = get_activation("silu", fused)
         self.gate_proj = Linear(d_model, d_ff, bias=bias)
         self.up_proj = Linear(d_model, d_ff, bias=bias)
         self.down_proj = Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu(self.gate_proj(x)) * self.up_proj(x))  # (B, T, F) gated -> (B, T, D)
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))  # (B, T, F) gated -> (B, T, D)

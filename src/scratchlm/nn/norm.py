@@ -7,45 +7,55 @@ BatchNorm1d (training): per channel c over batch (and length) dims,
             running_mean <- (1 - m) running_mean + m mu_B;  running_var <- (1 - m) running_var + m var_B_unbiased
             (eval): the running statistics replace the batch ones.
 RMSNorm and LayerNorm compute in fp32 and cast the result back to the input dtype (bf16-safe).
+fused=True (ModelConfig.ops_impl="fused") computes the same through torch's fused F.rms_norm /
+F.layer_norm kernels (one op instead of five; equality tested in tests/unit/test_fused_ops.py).
 Shapes: RMSNorm/LayerNorm normalise the last dim D; BatchNorm1d takes (B, C) or (B, C, L).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
 class RMSNorm(nn.Module):
     """Root-mean-square norm (Zhang & Sennrich 2019), as in Llama; math in fp32, result cast back."""
 
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+    def __init__(self, dim: int, eps: float = 1e-6, fused: bool = False) -> None:
         super().__init__()
         self.dim = dim
         self.eps = eps
+        self.fused = fused
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
+        if self.fused:
+            return F.rms_norm(x32, (self.dim,), self.weight.float(), self.eps).to(x.dtype)
         ms = (x32 * x32).mean(dim=-1, keepdim=True)  # (..., 1)
         return (x32 * torch.rsqrt(ms + self.eps) * self.weight.float()).to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"{self.dim}, eps={self.eps}"
+        return f"{self.dim}, eps={self.eps}" + (", fused" if self.fused else "")
 
 
 class LayerNorm(nn.Module):
     """Layer norm (Ba et al. 2016) over the last dim with biased variance and optional bias."""
 
-    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True) -> None:
+    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True, fused: bool = False) -> None:
         super().__init__()
         self.dim = dim
         self.eps = eps
+        self.fused = fused
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
+        if self.fused:
+            bias = None if self.bias is None else self.bias.float()
+            return F.layer_norm(x32, (self.dim,), self.weight.float(), bias, self.eps).to(x.dtype)
         mean = x32.mean(dim=-1, keepdim=True)  # (..., 1)
         centred = x32 - mean
         var = (centred * centred).mean(dim=-1, keepdim=True)  # biased: / D

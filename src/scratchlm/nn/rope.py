@@ -14,6 +14,11 @@ Complex form (equivalent to "interleaved"): view pairs as z_i = x[2i] + j x[2i+1
 RoPE is applied per head, after the projections are split into heads: x (B, H, T, Hd).
 positions: (T,) shared by the batch, or (B, T) per row. Tables cos/sin (max_seq_len, Hd/2) are
 non-persistent fp32 buffers; the rotation is computed in fp32 and cast back to x's dtype.
+
+Fused form (fused=True, ModelConfig.ops_impl="fused"): with full-width tables laid out like the head
+dims of the style (rope_tables) and rot(x) the 90-degree partner of every pair,
+    x' = x * cos + rot(x) * sin,      rot(a, b) = (-b, a)
+i.e. three elementwise ops instead of eight (equality tested in tests/unit/test_fused_ops.py).
 """
 
 from __future__ import annotations
@@ -53,6 +58,26 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str
     return out.to(x.dtype)
 
 
+def rope_tables(cos: torch.Tensor, sin: torch.Tensor, style: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(T_max, Hd/2) tables -> (T_max, Hd) laid out like the head dims of the style."""
+    if style == "half":
+        return torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+    return cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+
+
+def rotate_pairs(x: torch.Tensor, style: str) -> torch.Tensor:
+    """rot(x): every pair (a, b) of the style -> (-b, a). x (..., Hd)."""
+    if style == "half":
+        half = x.shape[-1] // 2
+        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+
+
+def rope_rotation(head_dim: int, style: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """R (Hd, Hd) with x @ R = rotate_pairs(x, style): one +-1 per column, so the product is exact."""
+    return rotate_pairs(torch.eye(head_dim, dtype=dtype), style)
+
+
 def apply_rope_complex(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
     """Complex-number RoPE (interleaved pairing): z * exp(j*angle); x (..., T, Hd), angles (..., T, Hd/2)."""
     z = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))  # (..., T, Hd/2) complex
@@ -68,7 +93,8 @@ def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
 class RotaryEmbedding(nn.Module):
     """Holds the cos/sin tables and applies RoPE at explicit token positions."""
 
-    def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, style: str = "half") -> None:
+    def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, style: str = "half",
+                 fused: bool = False) -> None:
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {head_dim}; pick d_model/n_heads even")
@@ -80,13 +106,24 @@ class RotaryEmbedding(nn.Module):
         self.max_seq_len = max_seq_len
         self.base = base
         self.style = style
+        self.fused = fused
         angles = rope_angles(max_seq_len, head_dim, base)
         self.register_buffer("cos", torch.cos(angles), persistent=False)  # (T_max, Hd/2)
         self.register_buffer("sin", torch.sin(angles), persistent=False)
+        if fused:
+            cos_full, sin_full = rope_tables(self.cos, self.sin, style)
+            self.register_buffer("cos_full", cos_full, persistent=False)  # (T_max, Hd)
+            self.register_buffer("sin_full", sin_full, persistent=False)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x (B, H, T, Hd); positions (T,) or (B, T) -> rotated x, same shape and dtype."""
         check_positions(positions, self.max_seq_len)
+        if self.fused:
+            cos, sin = self.cos_full[positions], self.sin_full[positions]  # (T, Hd) or (B, T, Hd)
+            if positions.dim() == 2:
+                cos, sin = cos[:, None], sin[:, None]
+            x32 = x.float()
+            return torch.addcmul(x32 * cos, rotate_pairs(x32, self.style), sin).to(x.dtype)
         cos, sin = self.cos[positions], self.sin[positions]  # (T, Hd/2) or (B, T, Hd/2)
         if positions.dim() == 2:
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, Hd/2): broadcast over heads

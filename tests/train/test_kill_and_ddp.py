@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -96,3 +97,42 @@ def test_two_processes_equal_one_process_on_the_full_batch(tmp_path, tokens, fsd
     for n in a:
         torch.testing.assert_close(a[n], b[n], rtol=1e-4, atol=1e-5, msg=n)
     assert single.val_loss is not None
+
+
+def _torchrun(config_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "scratchlm.cli.main", "train", "--config", str(config_path), *extra]
+    return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+
+
+def test_fsdp_resume_is_exact_and_checkpoint_resumes_in_one_process(tmp_path, tokens):
+    """FSDP2 on 2 ranks: 3 steps, save (moments gathered), --resume to 6 == 6 uninterrupted FSDP steps;
+    the FSDP checkpoint also resumes in a plain single process (same unsharded layout)."""
+    common = dict(max_steps=6, warmup_steps=1, batch_size=2, eval_interval=100, ckpt_interval=3, num_threads=1,
+                  fsdp=True)
+    cfg = tiny_config(tmp_path, out_dir=str(tmp_path / "resumed"), **common)
+    config_path = tmp_path / "fsdp.json"
+    config_path.write_text(json.dumps(cfg.to_dict()))
+    first = _torchrun(config_path, "--stop_at_step=3")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert _checkpoint_step(tmp_path / "resumed") == 3
+    saved = json.loads((tmp_path / "resumed" / "checkpoint" / "trainer_state.json").read_text())
+    assert saved["optimizer"] is not None  # the sharded moments were gathered and saved
+    one = tmp_path / "one"  # a copy of the step-3 FSDP checkpoint, resumed in one process below
+    shutil.copytree(tmp_path / "resumed" / "checkpoint", one / "checkpoint")
+    shutil.copy(tmp_path / "resumed" / "metrics.jsonl", one / "metrics.jsonl")
+    second = _torchrun(config_path, "--resume")
+    assert second.returncode == 0, second.stderr[-3000:]
+    straight = _torchrun(config_path, f"--out_dir={tmp_path / 'straight'}")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    got, want = _records(tmp_path / "resumed"), _records(tmp_path / "straight")
+    assert sorted(got) == sorted(want) == list(range(1, 7))
+    assert [got[s]["loss"] for s in got] == [want[s]["loss"] for s in got]  # bit-identical floats
+    a, b = _weights(tmp_path / "resumed"), _weights(tmp_path / "straight")
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    # the step-3 FSDP checkpoint continues in one process (2 micro-batches = the same 4 windows per step)
+    single = tiny_config(tmp_path, out_dir=str(one), grad_accum=2, **{**common, "fsdp": False})
+    train(single, resume=True)
+    got1 = _records(one)
+    for s in range(4, 7):
+        assert abs(got1[s]["loss"] - want[s]["loss"]) <= 1e-5 * want[s]["loss"], s

@@ -3,7 +3,8 @@
 OUT/checkpoint/ holds
     config.json, model.safetensors        scratchlm.checkpoint.save_model (loadable with load_model)
     trainer_state.safetensors             optimizer moments + RNG states (tensors; never pickle);
-                                          FSDP runs save no optimizer moments (they are sharded)
+                                          FSDP runs gather their sharded moments into the same
+                                          unsharded layout, so any run can resume any checkpoint
     trainer_state.json                    step, tokens seen, data position, optimizer hyperparameters,
                                           python/numpy RNG, the TrainConfig (everything that is not a tensor)
     tokenizer files                       copied from TrainConfig.tokenizer_dir, when given
@@ -59,9 +60,24 @@ def find_checkpoint(out_dir: str | Path) -> Path | None:
     return None
 
 
-def _optimizer_split(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """optimizer.state_dict() as (tensors for safetensors, JSON-able rest)."""
-    sd = optimizer.state_dict()
+def index_keyed(sd: dict[str, Any]) -> dict[str, Any]:
+    """A parameter-name-keyed optimizer state dict (torch.distributed's full state dict under FSDP) ->
+    the index-keyed layout of optimizer.state_dict(): index = position in the concatenated groups."""
+    names = [n for g in sd["param_groups"] for n in g["params"]]
+    index = {n: i for i, n in enumerate(names)}
+    groups = [{**g, "params": [index[n] for n in g["params"]]} for g in sd["param_groups"]]
+    return {"state": {index[n]: st for n, st in sd["state"].items()}, "param_groups": groups}
+
+
+def name_keyed(sd: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of index_keyed, using each group's "names" (build_optimizer records them)."""
+    names = [n for g in sd["param_groups"] for n in g["names"]]
+    groups = [{**g, "params": [names[i] for i in g["params"]]} for g in sd["param_groups"]]
+    return {"state": {names[i]: st for i, st in sd["state"].items()}, "param_groups": groups}
+
+
+def _optimizer_split(sd: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """An index-keyed optimizer state dict as (tensors for safetensors, JSON-able rest)."""
     tensors, scalars = {}, {}
     for idx, st in sd["state"].items():
         for k, v in st.items():
@@ -81,8 +97,9 @@ def _rng_split() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     return tensors, {"python": [version, list(mt), gauss], "numpy": [name, keys.tolist(), pos, has_gauss, cached]}
 
 
-def _write_state(tmp: Path, optimizer, state: TrainerState, train_config: dict[str, Any]) -> None:
-    opt_tensors, opt_meta = _optimizer_split(optimizer) if optimizer is not None else ({}, None)
+def _write_state(tmp: Path, optimizer_state: dict[str, Any] | None, state: TrainerState,
+                 train_config: dict[str, Any]) -> None:
+    opt_tensors, opt_meta = _optimizer_split(optimizer_state) if optimizer_state is not None else ({}, None)
     rng_tensors, rng_meta = _rng_split()
     blob = save({**opt_tensors, **rng_tensors}, metadata={"format": FORMAT})
     with atomic_write(tmp / STATE_TENSORS) as f:
@@ -93,15 +110,17 @@ def _write_state(tmp: Path, optimizer, state: TrainerState, train_config: dict[s
 
 
 def save_checkpoint(
-    out_dir: str | Path, model: TransformerLM, optimizer: torch.optim.Optimizer | None, state: TrainerState,
+    out_dir: str | Path, model: TransformerLM, optimizer_state: dict[str, Any] | None, state: TrainerState,
     train_config: dict[str, Any], tokenizer_dir: str | Path | None = None,
 ) -> Path:
-    """Write the whole checkpoint into a temp dir, then swap it in (see module docstring)."""
+    """Write the whole checkpoint into a temp dir, then swap it in (see module docstring).
+
+    optimizer_state: optimizer.state_dict() (index-keyed; see index_keyed for FSDP's name-keyed one)."""
     out_dir = Path(out_dir)
     tmp, old, final = out_dir / ".checkpoint.tmp", out_dir / ".checkpoint.old", checkpoint_path(out_dir)
     shutil.rmtree(tmp, ignore_errors=True)
     save_model(model, tmp)
-    _write_state(tmp, optimizer, state, train_config)
+    _write_state(tmp, optimizer_state, state, train_config)
     if tokenizer_dir:
         for f in sorted(Path(tokenizer_dir).iterdir()):
             if f.is_file() and f.name not in (CONFIG_NAME, WEIGHTS_NAME, STATE_JSON, STATE_TENSORS):
@@ -135,10 +154,12 @@ def _check_same_model(ckpt: Path, model: TransformerLM) -> None:
         )
 
 
-def _restore_optimizer(optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any] | None, ckpt: Path) -> None:
+def _saved_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any] | None,
+                           ckpt: Path) -> dict[str, Any]:
+    """The checkpoint's optimizer state as an index-keyed state dict, checked against `optimizer`."""
     if meta is None:
-        raise ValueError(f"cannot resume from {ckpt}: it holds no optimizer state (written by an FSDP run, whose "
-                         "sharded moments are not saved); start a new run from its weights instead")
+        raise ValueError(f"cannot resume from {ckpt}: it holds no optimizer state; start a new run from its "
+                         "weights instead")
     saved_names = [g.get("names") for g in meta["param_groups"]]
     now_names = [g.get("names") for g in optimizer.param_groups]
     if saved_names != now_names:
@@ -152,7 +173,7 @@ def _restore_optimizer(optimizer, tensors: dict[str, torch.Tensor], meta: dict[s
         idx, name = key.split(".", 1)
         state.setdefault(int(idx), {})[name] = v
     groups = [{**g, "betas": tuple(g["betas"])} for g in meta["param_groups"]]
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
+    return {"state": state, "param_groups": groups}
 
 
 def _restore_rng(tensors: dict[str, torch.Tensor], rng: dict[str, Any]) -> None:
@@ -166,13 +187,22 @@ def _restore_rng(tensors: dict[str, torch.Tensor], rng: dict[str, Any]) -> None:
     np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
 
 
-def load_checkpoint(ckpt: str | Path, model: TransformerLM, optimizer: torch.optim.Optimizer) -> TrainerState:
-    """Load weights, optimizer state and RNG states in place; returns the TrainerState to continue from."""
+def load_checkpoint(ckpt: str | Path, model: TransformerLM, optimizer: torch.optim.Optimizer,
+                    sharded: torch.nn.Module | None = None) -> TrainerState:
+    """Load weights, optimizer state and RNG states in place; returns the TrainerState to continue from.
+
+    sharded: the FSDP2-sharded model (under torchrun with fsdp=true): every rank reads the full tensors
+    and torch.distributed.checkpoint.state_dict scatters its shards of weights and moments."""
     ckpt = Path(ckpt)
     meta = read_state_json(ckpt)
     _check_same_model(ckpt, model)
-    saved = load_model(ckpt)
-    model.load_state_dict(saved.state_dict())
+    weights = load_model(ckpt).state_dict()
+    if sharded is None:
+        model.load_state_dict(weights)
+    else:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(sharded, weights, options=StateDictOptions(full_state_dict=True))
     path = ckpt / STATE_TENSORS
     if not path.exists():
         raise FileNotFoundError(f"{ckpt} has {STATE_JSON} but no {STATE_TENSORS}; the checkpoint is incomplete")
@@ -180,6 +210,12 @@ def load_checkpoint(ckpt: str | Path, model: TransformerLM, optimizer: torch.opt
         tensors = load_file(str(path))
     except Exception as exc:  # safetensors raises its own error types on truncated files
         raise ValueError(f"cannot read {path}: {exc} (truncated or not a safetensors file?)") from None
-    _restore_optimizer(optimizer, tensors, meta["optimizer"], ckpt)
+    opt_state = _saved_optimizer_state(optimizer, tensors, meta["optimizer"], ckpt)
+    if sharded is None:
+        optimizer.load_state_dict(opt_state)
+    else:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(sharded, optimizer, name_keyed(opt_state), options=StateDictOptions(full_state_dict=True))
     _restore_rng(tensors, meta["rng"])
     return TrainerState(**meta["trainer"])

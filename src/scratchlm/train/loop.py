@@ -26,7 +26,7 @@ from scratchlm.model import TransformerLM
 from scratchlm.model_stats import model_stats
 from scratchlm.train import distributed as D
 from scratchlm.train.checkpoint import (
-    TrainerState, find_checkpoint, load_checkpoint, read_state_json, save_checkpoint,
+    TrainerState, find_checkpoint, index_keyed, load_checkpoint, read_state_json, save_checkpoint,
 )
 from scratchlm.train.clip import clip_grad_norm, global_grad_norm
 from scratchlm.train.config import TrainConfig
@@ -91,11 +91,10 @@ class Trainer:
     def _start_or_resume(self, resume: bool) -> TrainerState:
         ckpt = find_checkpoint(self.out)
         if resume:
-            if self.cfg.fsdp:
-                raise ValueError("--resume is not supported with fsdp=true yet; resume without FSDP (DDP or 1 process)")
             if ckpt is None:
                 raise FileNotFoundError(f"--resume: no checkpoint in {self.out}/checkpoint; start without --resume")
-            state = load_checkpoint(ckpt, self.raw_model, self.optimizer)
+            sharded = self.model if self.cfg.fsdp and self.info.enabled else None
+            state = load_checkpoint(ckpt, self.raw_model, self.optimizer, sharded)
             self.data.restore(state.data_position)
             self.metrics.truncate_after(state.step)
             return state
@@ -171,9 +170,9 @@ class Trainer:
         """Checkpoint on rank 0 (FSDP: every rank takes part in gathering the full weights)."""
         self.state.data_position = self.data.position()
         model = self._full_model()
+        optimizer_state = self._full_optimizer_state()
         if self.info.is_main:
-            optimizer = None if self.cfg.fsdp else self.optimizer  # FSDP moments are sharded: not saved
-            save_checkpoint(self.out, model, optimizer, self.state, self.cfg.to_dict(),
+            save_checkpoint(self.out, model, optimizer_state, self.state, self.cfg.to_dict(),
                             self.cfg.tokenizer_dir or None)
         D.barrier(self.info)
         return self.out / "checkpoint"
@@ -190,6 +189,16 @@ class Trainer:
         copy = TransformerLM(self.raw_model.config)
         copy.load_state_dict(full)
         return copy
+
+    def _full_optimizer_state(self) -> dict | None:
+        """optimizer.state_dict(); under FSDP the sharded moments gathered on rank 0 (None elsewhere)."""
+        if not self.cfg.fsdp or not self.info.enabled:
+            return self.optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        full = get_optimizer_state_dict(self.model, self.optimizer,
+                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return index_keyed(full) if self.info.is_main else None
 
     def _fix_budget(self, steps_done: int, seconds: float) -> None:
         """With max_time_s, set the schedule length once from the measured step time (checkpointed)."""

@@ -112,7 +112,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    base = TransformerLM(get_preset("llama-small", attn_impl="sdpa")).eval()
+    base = TransformerLM(get_preset("llama-small", attn_impl="sdpa", ops_impl="fused")).eval()
     hf = hf_copy(base)
     models = {
         "ours_fast": ("fast", base),

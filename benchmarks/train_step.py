@@ -40,11 +40,16 @@ def hf_twin(model: TransformerLM) -> LlamaForCausalLM:
     return hf.train()
 
 
-def make_step(model, loss_fn, opt, dtype: str):
-    def step(x, y):
+def make_step(model, loss_fn, opt, dtype: str, compile_: bool = False):
+    """One training step; compile_ compiles forward + loss as one graph (what `compile=true` trains with)."""
+    def forward_loss(x, y):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            logits = model(x)
-        loss = loss_fn(logits, y)
+            return loss_fn(model(x), y)
+
+    fwd = torch.compile(forward_loss) if compile_ else forward_loss
+
+    def step(x, y):
+        loss = fwd(x, y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -55,15 +60,15 @@ def make_step(model, loss_fn, opt, dtype: str):
 def run_dtype(dtype: str, args, x, y) -> dict:
     torch.manual_seed(0)
     impl = "reference" if args.ours_ref else "torch"
-    ours = TransformerLM(get_preset("llama-small", max_seq_len=args.seq_len, attn_impl="reference" if args.ours_ref else "sdpa",
+    ours = TransformerLM(get_preset("llama-small", max_seq_len=args.seq_len, attn_impl="reference" if args.ours_ref else args.attn,
                                     ops_impl="reference" if args.ours_ref else "fused"))
     hf = hf_twin(ours)
-    ours_step = make_step(torch.compile(ours) if args.compile else ours,
-                          lambda lg, t: cross_entropy(lg, t, impl=impl),
-                          build_optimizer(ours, 1e-4, 0.1, impl=impl), dtype)
+    ours_step = make_step(ours, lambda lg, t: cross_entropy(lg, t, impl=impl),
+                          build_optimizer(ours, 1e-4, 0.1, impl=impl), dtype, args.compile)
     hf_step = make_step(lambda ids: hf(input_ids=ids).logits,
                         lambda lg, t: F.cross_entropy(lg.float().flatten(0, 1), t.flatten()),
-                        torch.optim.AdamW(hf.parameters(), lr=1e-4, weight_decay=0.1, fused=True), dtype)
+                        torch.optim.AdamW(hf.parameters(), lr=1e-4, weight_decay=0.1, fused=True), dtype,
+                        args.hf_compile)
     times: dict[str, list[float]] = {"ours": [], "hf": []}
     for i in range(args.warmup + args.steps):
         for name, fn in (("ours", ours_step), ("hf", hf_step)):
@@ -89,7 +94,10 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--compile", action="store_true", help="torch.compile our model")
+    ap.add_argument("--compile", action="store_true", help="torch.compile our forward + loss (as compile=true trains)")
+    ap.add_argument("--hf-compile", action="store_true", help="also torch.compile HF's forward + loss (peer check)")
+    ap.add_argument("--attn", choices=["sdpa", "reference"], default="sdpa",
+                    help="our attention: torch's SDPA, or our math (under --compile inductor fuses it)")
     ap.add_argument("--ours-ref", action="store_true", help="our from-scratch attention, loss and AdamW")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args()
@@ -101,7 +109,7 @@ def main() -> None:
     results = [run_dtype(d, args, x, y) for d in args.dtypes.split(",")]
     print(json.dumps({"benchmark": "train_step", "shape": "llama-small vocab 8192 L6 D384 H6/2 d_ff 1024",
                       "batch": [args.batch_size, args.seq_len], "threads": torch.get_num_threads(),
-                      "compile": args.compile, "ours_reference_path": args.ours_ref, "results": results}))
+                      "compile": args.compile, "hf_compile": args.hf_compile, "attn": args.attn, "ours_reference_path": args.ours_ref, "results": results}))
 
 
 if __name__ == "__main__":

@@ -91,19 +91,22 @@ class PackedLinear:
 class PackedNorm:
     """RMSNorm/LayerNorm whose gain is folded into the following matrix: returns the un-gained x_hat.
 
-    rms:   x_hat = x * rsqrt(mean(x^2) + eps)          (computed in fp32, like the model's norms)
+    rms:   x_hat = x * rsqrt(||x||^2 / D + eps)        (= rsqrt(mean(x^2) + eps); fp32 like the model's
+                                                        norms; one vector_norm beats square + mean)
     layer: x_hat = (x - mean) * rsqrt(var + eps)        the LayerNorm bias b becomes b @ W^T, added to the
                                                         following matmul's bias
     """
 
     def __init__(self, kind: str, eps: float) -> None:
         self.kind, self.eps = kind, eps
+        self.eps_t = torch.tensor(eps)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
         if self.kind == "layernorm":
             return F.layer_norm(x32, x32.shape[-1:], eps=self.eps)
-        return x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + self.eps)
+        n = torch.linalg.vector_norm(x32, dim=-1, keepdim=True)  # (B, 1)
+        return x32 * torch.rsqrt(torch.addcmul(self.eps_t, n, n, value=1.0 / x32.shape[-1]))
 
 
 def packed(linears: list[torch.nn.Module], dtype: torch.dtype, quant: str | None,

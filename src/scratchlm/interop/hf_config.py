@@ -12,7 +12,7 @@ or to HF itself (dropout, use_cache, ...) are ignored.
     gpt2     "gpt2"          layernorm, mlp, learned positions, every bias, activation_function
 
 Export picks the family from the config (`hf_family`) and adds a "scratchlm" entry holding the fields
-HF has no slot for (rope_style, attn_impl, ffn_multiple_of) so scratchlm -> HF -> scratchlm is exact.
+HF has no slot for (rope_style, attn_impl, ops_impl, ffn_multiple_of) so scratchlm -> HF -> scratchlm is exact.
 HF always pairs RoPE channels "half"-style; an "interleaved" model is exported with permuted q/k rows
 (see hf_weights.py).
 """
@@ -32,7 +32,7 @@ GPT2_ACTIVATIONS: dict[str, str] = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh"
 # head_dim when config.json omits it: HF's Qwen3Config defaults to 128, the others to D / H.
 _DEFAULT_HEAD_DIM = {"qwen3": 128}
 HINT_KEY = "scratchlm"
-HINT_FIELDS = ("rope_style", "attn_impl", "ffn_multiple_of")
+HINT_FIELDS = ("rope_style", "attn_impl", "ops_impl", "ffn_multiple_of")
 
 
 def _unsupported(field: str, value: Any, why: str) -> ValueError:

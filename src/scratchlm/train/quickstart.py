@@ -75,10 +75,16 @@ def sample(checkpoint: Path, prompts: tuple[str, ...] = PROMPTS, max_new_tokens:
 
 
 def quickstart(
-    out_dir: str | Path = "runs/quickstart", data: str | None = None, minutes: float = 3.0, vocab_size: int = 2048,
+    out_dir: str | Path = "runs/quickstart", /, data: str | None = None, minutes: float = 3.0, vocab_size: int = 2048,
     max_bytes: int = 4_000_000, overwrite: bool = False, progress: bool = True, **overrides: Any,
 ) -> QuickstartResult:
     """Build the corpus and tokenizer, train the `quickstart` preset for `minutes`, sample from it."""
+    owned = {"out_dir": "--out DIR", "train_data": "--data PATH", "tokenizer_dir": "(built by quickstart)",
+             "max_time_s": "--minutes N", "model.vocab_size": "--vocab-size N"}
+    clash = sorted(set(overrides) & set(owned))
+    if clash:
+        raise ValueError(f"quickstart sets {clash} itself; use {', '.join(owned[k] for k in clash)} instead "
+                         "(other TrainConfig fields can be overridden as --key=value)")
     out = Path(out_dir)
     if find_checkpoint(out) is not None:
         if not overwrite:

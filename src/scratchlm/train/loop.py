@@ -203,7 +203,9 @@ class Trainer:
         return index_keyed(full) if self.info.is_main else None
 
     def _fix_budget(self, steps_done: int, seconds: float) -> None:
-        """With max_time_s, set the schedule length once from the measured step time (checkpointed)."""
+        """With max_time_s, size the schedule from the measured step time (evals and checkpoints included):
+        first after 25 steps, then refined once a fifth of the way in (early steps run slower, which
+        left ~25% of the budget unused); total_steps is checkpointed, so a resume keeps it."""
         per_step = float(D.all_reduce_mean(torch.tensor(seconds / steps_done, device=self.info.device), self.info))
         est = int(self.cfg.max_time_s * 0.95 / per_step)
         self.state.total_steps = max(self.state.step + 1, min(self.cfg.max_steps, est))
@@ -235,6 +237,7 @@ class Trainer:
         t0 = t_log = time.perf_counter()
         first, n_log, loss, t5 = self.state.step, 0, None, t0
         budget_fixed = not cfg.max_time_s or self.state.step > 0
+        refine_at = None
         while self.state.step < min(stop, self.state.total_steps):
             step = self.state.step
             loss, norm, lr = self.train_step(step)
@@ -247,6 +250,10 @@ class Trainer:
             if not budget_fixed and (done - first == 25 or done == self.state.total_steps):
                 self._fix_budget(max(1, done - first - 5), time.perf_counter() - (t5 if done - first > 5 else t0))
                 bar.total, budget_fixed = self.state.total_steps, True
+                refine_at = done + max(25, self.state.total_steps // 5)
+            elif refine_at is not None and done == refine_at and done < self.state.total_steps:
+                self._fix_budget(done - first - 5, time.perf_counter() - t5)
+                bar.total, refine_at = self.state.total_steps, None
             final = done >= min(stop, self.state.total_steps) or self._should_stop_for_time(t0)
             if done % cfg.log_interval == 0 or final:
                 now = time.perf_counter()

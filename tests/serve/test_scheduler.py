@@ -6,6 +6,7 @@ surviving sequence must produce exactly the tokens the engine produces for it al
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from scratchlm.config import get_preset
@@ -19,12 +20,12 @@ from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer
 CONTEXT = 40
 
 
-def setup(max_batch: int = 4):
+def setup(max_batch: int = 4, decode: str = "model"):
     torch.manual_seed(0)
     model = TransformerLM(get_preset("llama-tiny", vocab_size=259, d_model=64, n_layers=2, max_seq_len=CONTEXT,
                                      init_std=0.5)).eval()
     tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], DEFAULT_SPECIAL_TOKENS)
-    return model, tok, Scheduler(model, max_batch=max_batch)
+    return model, tok, Scheduler(model, max_batch=max_batch, decode=decode)
 
 
 def random_jobs(n: int, seed: int) -> list[tuple[list[int], int]]:
@@ -51,8 +52,9 @@ def run_staggered(sched: Scheduler, seqs: list[Sequence], join_every: int = 1) -
         sched.step()
 
 
-def test_greedy_join_and_leave_equals_engine_alone():
-    model, tok, sched = setup()
+@pytest.mark.parametrize("decode", ["model", "fast"])
+def test_greedy_join_and_leave_equals_engine_alone(decode):
+    model, tok, sched = setup(decode=decode)
     jobs = random_jobs(14, seed=1)
     seqs = [make_seq(tok, p, m) for p, m in jobs]
     run_staggered(sched, seqs)
@@ -134,3 +136,8 @@ def test_context_edge_prompts_join_a_running_batch():
     for (prompt, max_tokens), s in zip(jobs, seqs):
         assert s.tokens == generate(model, [prompt], max_tokens)[0]
     assert sched.slots.shifts["right"] > 0 and sched.slots.shifts["left"] > 0
+
+
+def test_unknown_decode_mode_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown decode mode 'compiled' for serving"):
+        setup(decode="compiled")

@@ -16,7 +16,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     run_server(args.checkpoint, args.host, args.port, args.api_key, args.model_name, args.max_batch, **limits,
-               device=args.device)
+               device=args.device, decode=args.decode)
     return 0
 
 
@@ -37,4 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="largest request body accepted (default 1 MiB; 413 beyond)")
     p.add_argument("--device", default="cpu", help="torch device for the model (default cpu; e.g. cuda)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--decode", choices=["fast", "model", "fast-int8"], default="fast",
+                   help="decode step: fast = packed weights, same output as the model (default); model = the "
+                        "reference forward; fast-int8 = int8 weight-only (approximate)")
     p.set_defaults(func=run_serve)

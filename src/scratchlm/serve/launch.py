@@ -53,7 +53,7 @@ def default_model_name(checkpoint: Path) -> str:
 
 def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
                model_name: str | None = None, max_batch: int = 32,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, device: str = "cpu") -> None:
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, device: str = "cpu", decode: str = "fast") -> None:
     """Serve the model in `checkpoint` (config.json + model.safetensors + tokenizer files) until stopped."""
     checkpoint = Path(checkpoint)
     if not checkpoint.is_dir():
@@ -65,7 +65,8 @@ def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000
         raise ValueError(f"tokenizer in {checkpoint} has {tokenizer.vocab_size} tokens but the model only "
                          f"{model.config.vocab_size}; the checkpoint's tokenizer and model do not belong together")
     name = model_name or default_model_name(checkpoint)
-    app = create_app(model, tokenizer, name, api_key=api_key, max_body_bytes=max_body_bytes, max_batch=max_batch)
+    app = create_app(model, tokenizer, name, api_key=api_key, max_body_bytes=max_body_bytes, max_batch=max_batch,
+                     decode=decode)
     sock = bind_socket(host, port)
     shown = f"[{host}]" if ":" in host else host
     print(f"scratchlm serve: serving '{name}' on http://{shown}:{sock.getsockname()[1]}  (chat page: /, API: /v1)",

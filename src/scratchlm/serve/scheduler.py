@@ -11,6 +11,8 @@ server needs rows to come and go. This scheduler builds that step loop on the sa
        positions (n, 1), key mask (n, c + 1), cache view);  each row samples with its own params
     3. finished rows leave (their row is reused at the next step)
 
+The decode step is `make_decode_step(model, decode)`: "model" (the model's forward) or "fast" /
+"fast-int8" (generate.fast_decode.FastDecoder on the same slot cache). Prefill always runs the model.
 Greedy rows without penalties share one argmax; other rows sample with their own seeded generator.
 Everything here runs on the scheduler thread; other threads call submit() / cancel() only.
 """
@@ -24,10 +26,12 @@ from dataclasses import dataclass
 import torch
 
 from scratchlm.generate.batching import left_pad
-from scratchlm.generate.decode_step import forward_last
+from scratchlm.generate.decode_step import forward_last, make_decode_step
 from scratchlm.generate.sampling import choose_next_token
 from scratchlm.model import TransformerLM
 from scratchlm.serve.sequence import Sequence
+
+SERVE_DECODE_MODES = ("model", "fast", "fast-int8")
 from scratchlm.serve.slot_cache import SlotCache
 
 
@@ -49,8 +53,11 @@ class SchedulerStats:
 class Scheduler:
     """Runs every submitted Sequence to completion in a shared, changing batch."""
 
-    def __init__(self, model: TransformerLM, max_batch: int = 32, pad_id: int = 0) -> None:
+    def __init__(self, model: TransformerLM, max_batch: int = 32, pad_id: int = 0, decode: str = "model") -> None:
+        if decode not in SERVE_DECODE_MODES:
+            raise ValueError(f"unknown decode mode {decode!r} for serving; valid: {SERVE_DECODE_MODES}")
         self.model = model.eval()
+        self.decode_step = make_decode_step(self.model, decode)
         self.slots = SlotCache(model, max_batch)
         self.device = self.slots.cache.k.device
         self.pad_id = pad_id
@@ -148,7 +155,7 @@ class Scheduler:
         view, key_mask = self.slots.step_view()  # cache rows[:n], mask (n, c + 1)
         tokens = torch.tensor([[s.tokens[-1]] for s in self.rows], dtype=torch.long, device=key_mask.device)
         positions = torch.tensor([[s.last_position] for s in self.rows], dtype=torch.long, device=key_mask.device)
-        logits = forward_last(self.model, tokens, positions, key_mask, view)  # (n, V)
+        logits = self.decode_step(tokens, positions, key_mask, view)  # (n, V)
         self.slots.finish_step(view)
         self.stats.steps += 1
         self.stats.decode_rows += len(self.rows)

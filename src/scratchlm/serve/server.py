@@ -40,12 +40,12 @@ class ServerState:
     """What the handlers share: model, tokenizer, scheduler and the limits."""
 
     def __init__(self, model: TransformerLM, tokenizer: Any, model_name: str, api_key: str | None,
-                 max_body_bytes: int, max_batch: int) -> None:
+                 max_body_bytes: int, max_batch: int, decode: str = "model") -> None:
         self.model, self.tokenizer, self.model_name = model, tokenizer, model_name
         self.api_key, self.max_body_bytes = api_key, max_body_bytes
         self.context = model.config.max_seq_len
         self.vocab_size = model.config.vocab_size
-        self.scheduler = Scheduler(model, max_batch=max_batch)
+        self.scheduler = Scheduler(model, max_batch=max_batch, decode=decode)
 
     def check_auth(self, request: Request) -> None:
         """401 unless `Authorization: Bearer <api key>` matches (when a key is configured)."""
@@ -208,11 +208,11 @@ def add_routes(app: FastAPI, state: ServerState) -> None:
 
 
 def create_app(model: TransformerLM, tokenizer: Any, model_name: str = "scratchlm", *, api_key: str | None = None,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_batch: int = 32) -> FastAPI:
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_batch: int = 32, decode: str = "model") -> FastAPI:
     """The FastAPI app serving `model`; the scheduler thread runs for the app's lifetime."""
     if max_body_bytes < 1024:
         raise ValueError(f"max_body_bytes={max_body_bytes} is too small; use at least 1024")
-    state = ServerState(model, tokenizer, model_name, api_key, max_body_bytes, max_batch)
+    state = ServerState(model, tokenizer, model_name, api_key, max_body_bytes, max_batch, decode)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

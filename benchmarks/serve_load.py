@@ -38,9 +38,9 @@ def build_checkpoint(directory: Path) -> Path:
                                  d_model=128, n_layers=4, max_seq_len=256, init_std=0.02)
 
 
-def start_server(checkpoint: Path, max_batch: int, threads: int) -> tuple[subprocess.Popen, str]:
+def start_server(checkpoint: Path, max_batch: int, threads: int, decode: str) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "scratchlm.cli.main", "serve", "--checkpoint", str(checkpoint), "--port", "0",
-           "--model-name", "bench", "--max-batch", str(max_batch), "--threads", str(threads)]
+           "--model-name", "bench", "--max-batch", str(max_batch), "--threads", str(threads), "--decode", decode]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     if " on " not in line:
@@ -58,7 +58,7 @@ def start_server(checkpoint: Path, max_batch: int, threads: int) -> tuple[subpro
 
 
 def measure(checkpoint: Path, max_batch: int, args: argparse.Namespace) -> dict:
-    proc, url = start_server(checkpoint, max_batch, args.threads)
+    proc, url = start_server(checkpoint, max_batch, args.threads, args.decode)
     try:
         asyncio.run(run_load(url + "/v1", "bench", PROMPTS, 2, 1, 4))  # warm-up
         report = asyncio.run(run_load(url + "/v1", "bench", PROMPTS, args.clients, args.requests, args.max_tokens,
@@ -80,6 +80,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the server (the client needs a core)")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--decode", choices=["fast", "model", "fast-int8"], default="fast", help="the server's decode step")
     ap.add_argument("--checkpoint", type=Path, default=None)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,7 +89,7 @@ def main() -> None:
         serial = measure(checkpoint, 1, args)
     result = {
         "benchmark": "serve_load", "clients": args.clients, "requests_per_client": args.requests,
-        "max_tokens": args.max_tokens, "server_threads": args.threads,
+        "max_tokens": args.max_tokens, "server_threads": args.threads, "decode": args.decode,
         "batched": batched, "serialised": serial,
         "tok_s_ratio": round(batched["tok_s"] / max(serial["tok_s"], 1e-9), 2),
         "p50_ratio": round(serial["p50_s"] / max(batched["p50_s"], 1e-9), 2),

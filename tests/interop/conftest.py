@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_torch_thread):
+    """Every interop test runs on one torch thread (the shared fixture in tests/conftest.py)."""
     yield
-    torch.set_num_threads(before)

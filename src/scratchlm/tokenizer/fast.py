@@ -40,7 +40,7 @@ def tiktoken_encoding(tok: "Tokenizer") -> "tiktoken.Encoding":
     try:
         import tiktoken
     except ImportError:
-        raise ValueError("impl='tiktoken' needs the tiktoken package: pip install tiktoken==0.14.0") from None
+        raise ValueError("impl='tiktoken' needs the tiktoken package: pip install -e '.[fast]' (tiktoken==0.14.0)") from None
     check_rank_order(tok)
     ranks = dict(tok._ids)
     covered = {tok._ids[a + b] for a, b in tok.merges} | set(tok._byte_ids)

@@ -11,7 +11,8 @@ size. `FastDecoder` computes exactly the same function (pre-norm blocks) with fe
           (x * r * g) @ W^T = (x * r) @ (diag(g) W^T)
     RoPE  rot(x) = x @ R,  R the fixed signed permutation of the pairing style (exact: one +-1 per column),
           x' = x * cos + rot(x) * sin                   both styles, one table lookup per step
-    attn  softmax(q K^T / sqrt(Hd)) V on the cache slots [0, S), q grouped (B, KvH, G, Hd) for GQA/MQA
+    attn  softmax(q K^T / sqrt(Hd)) V on the cache slots [0, S), q grouped (B KvH, G, Hd) for GQA/MQA
+          (two bmm); 1/sqrt(Hd) is folded into the q rows of [Wq; Wk; Wv], residual adds into addmm
 
 It reads and writes the model's KVCache in the model's layout, so prefill runs through the model and
 the steps through this class (or the other way round) interchangeably. Post-norm blocks are not packed
@@ -67,6 +68,14 @@ class PackedLinear:
         else:
             self.w = w.to(dtype).contiguous()  # (out, in)
 
+    def residual(self, x: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
+        """x + self(inp): the residual add fused into the GEMV where possible (addmm for one row)."""
+        if self.quant is None and self.bias is None and inp.shape[0] == 1:
+            if self.wt is None:
+                self.wt = self.w.t().contiguous()
+            return torch.addmm(x, inp.to(self.dtype), self.wt)
+        return x + self(inp)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, in) -> (B, out)."""
         if self.quant == "int8":
@@ -110,9 +119,10 @@ class PackedNorm:
 
 
 def packed(linears: list[torch.nn.Module], dtype: torch.dtype, quant: str | None,
-           norm: torch.nn.Module | None = None) -> PackedLinear:
+           norm: torch.nn.Module | None = None, row_scale: torch.Tensor | None = None) -> PackedLinear:
     """The linears (same input) stacked into one matrix [W_1; W_2; ...]; when they read norm(x), the
-    norm's gain g is folded in (W diag(g)) and a LayerNorm bias beta becomes the extra bias W beta."""
+    norm's gain g is folded in (W diag(g)) and a LayerNorm bias beta becomes the extra bias W beta;
+    row_scale (out,) multiplies output rows (and bias) last."""
     w = torch.cat([lin.weight.detach().float() for lin in linears])  # (out, in)
     b = None if linears[0].bias is None else torch.cat([lin.bias.detach().float() for lin in linears])
     if norm is not None:
@@ -121,6 +131,9 @@ def packed(linears: list[torch.nn.Module], dtype: torch.dtype, quant: str | None
             extra = w @ norm_bias.detach().float()
             b = extra if b is None else b + extra
         w = w * norm.weight.detach().float()[None, :]
+    if row_scale is not None:
+        w = w * row_scale[:, None]
+        b = None if b is None else b * row_scale
     return PackedLinear(w, b, dtype, quant)
 
 
@@ -131,7 +144,11 @@ class PackedLayer:
         attn, mlp = block.self_attn, block.mlp
         self.norm1 = PackedNorm(config.norm, config.norm_eps)
         self.norm2 = PackedNorm(config.norm, config.norm_eps)
-        self.qkv = packed([attn.q_proj, attn.k_proj, attn.v_proj], dtype, quant, block.input_layernorm)
+        # the attention scale 1/sqrt(Hd) is folded into the q rows (or the q part of the QK-norm gain)
+        scale = 1.0 / math.sqrt(config.head_dim)
+        q_rows, kv_rows = config.n_heads * config.head_dim, 2 * config.n_kv_heads * config.head_dim
+        rows = torch.cat((torch.full((q_rows,), 1.0 if config.qk_norm else scale), torch.ones(kv_rows)))
+        self.qkv = packed([attn.q_proj, attn.k_proj, attn.v_proj], dtype, quant, block.input_layernorm, rows)
         self.o = packed([attn.o_proj], dtype, quant)
         self.gated = config.ffn == "swiglu"
         ins = [mlp.gate_proj, mlp.up_proj] if self.gated else [mlp.up_proj]
@@ -140,16 +157,16 @@ class PackedLayer:
         self.act = TORCH_ACTIVATIONS[config.activation]
         self.qk_gain = None
         if config.qk_norm:  # per-head RMSNorm gains of q and k, stacked to match the (H + KvH) qk heads
-            gains = [attn.q_norm.weight.detach()] * config.n_heads + [attn.k_norm.weight.detach()] * config.n_kv_heads
+            gains = [attn.q_norm.weight.detach() * scale] * config.n_heads + [attn.k_norm.weight.detach()] * config.n_kv_heads
             self.qk_gain = torch.stack(gains).float()  # (H + KvH, Hd)
 
-    def ffn(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, D) -> FFN(norm2(x)) (B, D)."""
+    def ffn_residual(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, D) -> x + FFN(norm2(x)) (B, D)."""
         h = self.ffn_in(self.norm2(x))  # (B, 2F) gate|up, or (B, F)
         if self.gated:
             gate, up = h.chunk(2, dim=-1)
-            return self.down(F.silu(gate) * up)
-        return self.down(self.act(h))
+            return self.down.residual(x, F.silu(gate) * up)
+        return self.down.residual(x, self.act(h))
 
 
 QUANT_MODES = (None, "int8")
@@ -176,7 +193,6 @@ class FastDecoder:
         self.config, self.quant = c, quant
         self.dtype = model.lm_head.weight.dtype
         self.h, self.kvh, self.hd = c.n_heads, c.n_kv_heads, c.head_dim
-        self.scale = 1.0 / math.sqrt(c.head_dim)
         self.embed = model.model.embed_tokens.weight.detach()
         self.positions = model.model.embed_positions  # learned/sinusoidal module or None
         self.layers = [PackedLayer(block, c, self.dtype, quant) for block in model.model.layers]
@@ -215,19 +231,22 @@ class FastDecoder:
         ks, vs = cache.k.unbind(0), cache.v.unbind(0)  # per layer (B, KvH, T_max, Hd)
         rope = None if self.rope is None else (self.rope[0][positions][:, None], self.rope[1][positions][:, None])
         bias = None
-        if key_mask is not None:  # (B, 1, 1, S): 0 where visible, -inf on padding
-            bias = torch.zeros(key_mask.shape).masked_fill_(~key_mask, float("-inf"))[:, None, None]
+        if key_mask is not None:  # (B * KvH, 1, S): 0 where visible, -inf on padding
+            bias = torch.zeros(key_mask.shape).masked_fill_(~key_mask, float("-inf"))
+            bias = bias[:, None, None].expand(b, kvh, 1, s + 1).reshape(b * kvh, 1, s + 1)
         for i, layer in enumerate(self.layers):
-            qkv = layer.qkv(layer.norm1(x))  # (B, (H + 2 KvH) Hd)
+            qkv = layer.qkv(layer.norm1(x))  # (B, (H + 2 KvH) Hd), q rows pre-scaled by 1/sqrt(Hd)
             qk = self.rotate(qkv[:, : (h + kvh) * hd].view(b, h + kvh, hd).float(), rope, layer)
             ks[i].select(2, s).copy_(qk[:, h:])  # (B, KvH, Hd) into slot s
             vs[i].select(2, s).copy_(qkv[:, (h + kvh) * hd:].view(b, kvh, hd))
-            q = qk[:, :h].reshape(b, kvh, h // kvh, hd).to(cache.k.dtype)  # (B, KvH, G, Hd)
-            scores = (q @ ks[i][:, :, : s + 1].transpose(-1, -2)).float() * self.scale  # (B, KvH, G, S)
+            q = qk[:, :h].reshape(b * kvh, h // kvh, hd).to(cache.k.dtype)  # (B KvH, G, Hd): GQA groups
+            keys = ks[i][:, :, : s + 1].flatten(0, 1)  # (B KvH, S, Hd), a view
+            scores = torch.bmm(q, keys.transpose(1, 2)).float()  # (B KvH, G, S)
             if bias is not None:
                 scores = scores + bias
             probs = torch.softmax(scores, dim=-1).to(cache.v.dtype)
-            x = x + layer.o((probs @ vs[i][:, :, : s + 1]).view(b, h * hd))  # (B, H*Hd) -> (B, D)
-            x = x + layer.ffn(x)
+            out = torch.bmm(probs, vs[i][:, :, : s + 1].flatten(0, 1))  # (B KvH, G, Hd)
+            x = layer.o.residual(x, out.view(b, h * hd))  # x + o_proj(heads)
+            x = layer.ffn_residual(x)
         cache.advance(1)
         return self.head(self.final_norm(x))  # (B, V) in the model dtype, like its forward

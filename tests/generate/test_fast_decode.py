@@ -14,7 +14,7 @@ from scratchlm.config import ModelConfig
 from scratchlm.generate import generate
 from scratchlm.generate.decode_step import fast_decoder, make_decode_step
 from scratchlm.generate.engine import iter_decode
-from scratchlm.generate.fast_decode import FastDecoder, quantize_int8
+from scratchlm.generate.fast_decode import FastDecoder, PackedLinear, mkl_packing_available, quantize_int8
 from scratchlm.nn.rope import rope_rotation
 from scratchlm.generate.sampling import SamplingParams
 from scratchlm.model import TransformerLM
@@ -152,3 +152,15 @@ def test_post_norm_falls_back_and_bad_modes_error() -> None:
         make_decode_step(model, "turbo")
     with pytest.raises(ValueError, match="unknown quant"):
         FastDecoder(build(small_config("llama-mha")), quant="int4")
+
+
+@pytest.mark.skipif(not mkl_packing_available(), reason="torch built without MKL")
+def test_mkl_packed_gemm_for_a_fixed_batch_equals_linear() -> None:
+    g = torch.Generator().manual_seed(0)
+    w, b = torch.randn(48, 32, generator=g), torch.randn(48, generator=g)
+    lin = PackedLinear(w, b, torch.float32, None)
+    lin.pack_for_batch(4)
+    assert lin.mkl is not None and lin.mkl[0] == 4
+    for rows in (4, 3, 1):  # the packed size, then sizes that take the plain path
+        x = torch.randn(rows, 32, generator=g)
+        torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-5)

@@ -86,14 +86,19 @@ def fast_decoder(model: TransformerLM, quant: str | None = None) -> FastDecoder:
     return hit[1]
 
 
-def make_decode_step(model: TransformerLM, mode: str = "model") -> DecodeStep:
-    """The step function bound to `model` for a DECODE_MODES mode (ValueError on an unknown one)."""
+def make_decode_step(model: TransformerLM, mode: str = "model", batch_size: int | None = None) -> DecodeStep:
+    """The step function bound to `model` for a DECODE_MODES mode (ValueError on an unknown one).
+
+    batch_size: the fixed number of rows every step will have (the engine's case), which lets "fast"
+    prepare MKL-packed GEMMs for it; None when it varies step to step (the server)."""
     if mode not in DECODE_MODES:
         raise ValueError(f"unknown decode mode {mode!r}; valid: {DECODE_MODES}")
     if mode == "model" or (mode.startswith("fast") and not supports(model.config)):
         return functools.partial(forward_last, model)
     if mode.startswith("fast"):
         dec = fast_decoder(model, "int8" if mode == "fast-int8" else None)
+        if batch_size is not None:
+            dec.pack_for_batch(batch_size)
         return lambda tokens, positions, mask, cache: dec.step(tokens[:, 0], positions[:, 0], mask, cache)
     import torch._inductor.config as inductor_config  # heavy: only when compiling
 

@@ -64,8 +64,8 @@ def iter_decode(
     "fast" = packed weights, same result; "fast-int8"; "compiled"). The prompt always prefills through
     the model's forward.
     """
-    step = make_decode_step(model, decode)
     check_prompts(prompts, model.config.vocab_size)
+    step = make_decode_step(model, decode, batch_size=len(prompts))
     device = model.lm_head.weight.device
     batch = left_pad(prompts, pad_id, device)
     b, p = batch.ids.shape

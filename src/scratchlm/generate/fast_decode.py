@@ -78,7 +78,8 @@ class PackedLinear:
 
     def pack_for_batch(self, batch: int) -> None:
         """Keep an MKL-packed copy of W for `batch` rows (replacing one for another size); fp32 only."""
-        if self.quant is None and self.dtype == torch.float32 and mkl_packing_available():
+        cpu_fp32 = self.quant is None and self.dtype == torch.float32 and self.w.device.type == "cpu"
+        if cpu_fp32 and mkl_packing_available():
             if self.mkl is None or self.mkl[0] != batch:
                 self.mkl = (batch, torch.ops.mkl._mkl_reorder_linear_weight(self.w, batch))
 
@@ -148,6 +149,7 @@ def packed(linears: list[torch.nn.Module], dtype: torch.dtype, quant: str | None
             b = extra if b is None else b + extra
         w = w * norm.weight.detach().float()[None, :]
     if row_scale is not None:
+        row_scale = row_scale.to(w.device)
         w = w * row_scale[:, None]
         b = None if b is None else b * row_scale
     return PackedLinear(w, b, dtype, quant)
@@ -173,7 +175,8 @@ class PackedLayer:
         self.act = TORCH_ACTIVATIONS[config.activation]
         self.qk_gain = None
         if config.qk_norm:  # per-head RMSNorm gains of q and k, stacked to match the (H + KvH) qk heads
-            gains = [attn.q_norm.weight.detach() * scale] * config.n_heads + [attn.k_norm.weight.detach()] * config.n_kv_heads
+            q_gain, k_gain = attn.q_norm.weight.detach() * scale, attn.k_norm.weight.detach()
+            gains = [q_gain] * config.n_heads + [k_gain] * config.n_kv_heads
             self.qk_gain = torch.stack(gains).float()  # (H + KvH, Hd)
 
     def ffn_residual(self, x: torch.Tensor) -> torch.Tensor:
@@ -219,7 +222,7 @@ class FastDecoder:
         self.rope = None
         if rope is not None:
             cos, sin = rope_tables(rope.cos, rope.sin, rope.style)
-            self.rope = (cos, sin, rope_rotation(c.head_dim, rope.style, torch.float32))
+            self.rope = (cos, sin, rope_rotation(c.head_dim, rope.style, torch.float32).to(cos.device))
 
     def linears(self) -> list[PackedLinear]:
         """Every packed matrix of the model (the layers', then the LM head)."""
@@ -231,7 +234,8 @@ class FastDecoder:
             for lin in self.linears():
                 lin.pack_for_batch(batch)
 
-    def rotate(self, qk: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, layer: PackedLayer) -> torch.Tensor:
+    def rotate(self, qk: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
+               layer: PackedLayer) -> torch.Tensor:
         """qk (B, H + KvH, Hd) in fp32 -> QK-norm (if any), then RoPE with this step's (cos, sin) (B, 1, Hd)."""
         if layer.qk_gain is not None:
             qk = qk * torch.rsqrt(qk.square().mean(-1, keepdim=True) + self.qk_eps) * layer.qk_gain
@@ -259,7 +263,7 @@ class FastDecoder:
         rope = None if self.rope is None else (self.rope[0][positions][:, None], self.rope[1][positions][:, None])
         bias = None
         if key_mask is not None:  # (B * KvH, 1, S): 0 where visible, -inf on padding
-            bias = torch.zeros(key_mask.shape).masked_fill_(~key_mask, float("-inf"))
+            bias = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill_(~key_mask, float("-inf"))
             bias = bias[:, None, None].expand(b, kvh, 1, s + 1).reshape(b * kvh, 1, s + 1)
         for i, layer in enumerate(self.layers):
             qkv = layer.qkv(layer.norm1(x))  # (B, (H + 2 KvH) Hd), q rows pre-scaled by 1/sqrt(Hd)

@@ -25,7 +25,8 @@ def swiglu_hidden_dim(d_model: int, multiple_of: int = 64) -> int:
 class MLP(nn.Module):
     """Two-layer MLP with a pointwise activation (GELU by default)."""
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True, fused: bool = False) -> None:
+    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True,
+                 fused: bool = False) -> None:
         super().__init__()
         self.up_proj = Linear(d_model, d_ff, bias=bias)
         self.down_proj = Linear(d_ff, d_model, bias=bias)

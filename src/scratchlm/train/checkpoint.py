@@ -216,6 +216,7 @@ def load_checkpoint(ckpt: str | Path, model: TransformerLM, optimizer: torch.opt
     else:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-        set_optimizer_state_dict(sharded, optimizer, name_keyed(opt_state), options=StateDictOptions(full_state_dict=True))
+        set_optimizer_state_dict(sharded, optimizer, name_keyed(opt_state),
+                                 options=StateDictOptions(full_state_dict=True))
     _restore_rng(tensors, meta["rng"])
     return TrainerState(**meta["trainer"])

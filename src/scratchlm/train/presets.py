@@ -14,11 +14,13 @@ from typing import Any, Callable
 from scratchlm.train.config import TrainConfig
 
 FAST = dict(optimizer_impl="torch", loss_impl="torch")
+# the model-side fast paths (torch SDPA, fused norms/activations/RoPE), each tested equal to the reference
+FAST_MODEL = {"attn_impl": "sdpa", "ops_impl": "fused"}
 
 
 def _smoke() -> TrainConfig:
     return TrainConfig(
-        model={"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 64, "attn_impl": "sdpa", "ops_impl": "fused"},
+        model={"d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 64, **FAST_MODEL},
         batch_size=8, seq_len=64, max_steps=50, warmup_steps=5, lr=3e-3, min_lr=3e-4, eval_interval=25,
         eval_batches=4, ckpt_interval=50, log_interval=5, out_dir="runs/smoke", **FAST,
     )
@@ -26,7 +28,7 @@ def _smoke() -> TrainConfig:
 
 def _quickstart() -> TrainConfig:
     return TrainConfig(
-        model={"d_model": 192, "n_layers": 4, "n_heads": 6, "n_kv_heads": 2, "max_seq_len": 128, "attn_impl": "sdpa", "ops_impl": "fused"},
+        model={"d_model": 192, "n_layers": 4, "n_heads": 6, "n_kv_heads": 2, "max_seq_len": 128, **FAST_MODEL},
         batch_size=16, seq_len=128, max_steps=2000, max_time_s=180.0, warmup_steps=50, lr=2e-3, min_lr=2e-4,
         schedule="wsd", decay_frac=0.3, dtype="fp32", eval_interval=100, eval_batches=10, ckpt_interval=200,
         log_interval=10, out_dir="runs/quickstart", **FAST,
@@ -37,8 +39,7 @@ def _shakespeare_char() -> TrainConfig:
     """Llama-style (RoPE, RMSNorm, SwiGLU, untied head) at the classic recipe's width, with twice the
     context (2x the tokens per step), 3x the peak lr and a WSD schedule (benchmarks/RESULTS.md)."""
     return TrainConfig(
-        model={"d_model": 128, "n_layers": 4, "n_heads": 4, "max_seq_len": 128, "attn_impl": "sdpa", "ops_impl": "fused",
-               "tie_embeddings": False},
+        model={"d_model": 128, "n_layers": 4, "n_heads": 4, "max_seq_len": 128, "tie_embeddings": False, **FAST_MODEL},
         batch_size=12, seq_len=128, max_steps=3000, warmup_steps=30, lr=3e-3, min_lr=1e-4, schedule="wsd",
         decay_frac=0.3, weight_decay=0.1, beta2=0.99, dtype="fp32", eval_interval=100, eval_batches=16,
         ckpt_interval=3000, log_interval=10, out_dir="runs/shakespeare-char", **FAST,

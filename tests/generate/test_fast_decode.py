@@ -152,6 +152,9 @@ def test_post_norm_falls_back_and_bad_modes_error() -> None:
         make_decode_step(model, "turbo")
     with pytest.raises(ValueError, match="unknown quant"):
         FastDecoder(build(small_config("llama-mha")), quant="int4")
+    odd = build(ModelConfig(vocab_size=100, d_model=40, n_layers=1, n_heads=2, max_seq_len=32))
+    with pytest.raises(ValueError, match=r"multiples of 16 .*'d_model': 40.*use decode='fast'"):
+        generate(odd, [[1, 2, 3]], 4, decode="fast-int8")  # torch's kernel would crash or be wrong
 
 
 @pytest.mark.skipif(not mkl_packing_available(), reason="torch built without MKL")

@@ -191,6 +191,18 @@ class PackedLayer:
 QUANT_MODES = (None, "int8")
 
 
+INT8_K_MULTIPLE = 16  # torch's CPU int8 kernel reads its input dim in blocks of 16 (wrong results or a crash otherwise)
+
+
+def check_int8_dims(c: ModelConfig) -> None:
+    """ValueError unless every matrix's input dim (d_model, n_heads*head_dim, d_ff) is a multiple of 16."""
+    dims = {"d_model": c.d_model, "n_heads*head_dim": c.n_heads * c.head_dim, "d_ff": c.d_ff}
+    bad = {k: v for k, v in dims.items() if v % INT8_K_MULTIPLE}
+    if bad:
+        raise ValueError(f"decode='fast-int8' needs {sorted(dims)} to be multiples of {INT8_K_MULTIPLE} (torch's int8 "
+                         f"kernel), got {bad}; use decode='fast' for this model")
+
+
 class FastDecoder:
     """Packed weights of a pre-norm TransformerLM + a one-token step over the model's KVCache.
 
@@ -209,6 +221,8 @@ class FastDecoder:
             raise ValueError(f"unknown quant {quant!r}; valid: {QUANT_MODES}")
         if quant == "int8" and not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
             raise ValueError("quant='int8' needs torch's _weight_int8pack_mm kernel (torch >= 2.4); use quant=None")
+        if quant == "int8":
+            check_int8_dims(c)
         self.config, self.quant = c, quant
         self.dtype = model.lm_head.weight.dtype
         self.h, self.kvh, self.hd = c.n_heads, c.n_kv_heads, c.head_dim

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from scratchlm.serve.loadgen import run_load
+from scratchlm.serve.scheduler import SERVE_DECODE_MODES
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -80,7 +81,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the server (the client needs a core)")
     ap.add_argument("--timeout", type=float, default=300.0)
-    ap.add_argument("--decode", choices=["fast", "model", "fast-int8"], default="fast", help="the server's decode step")
+    ap.add_argument("--decode", choices=SERVE_DECODE_MODES, default="fast", help="the server's decode step")
     ap.add_argument("--checkpoint", type=Path, default=None)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

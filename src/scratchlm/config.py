@@ -103,6 +103,11 @@ class ModelConfig:
         if not self.init_std > 0:
             raise ValueError(f"ModelConfig.init_std must be > 0, got {self.init_std}")
 
+    @property
+    def fused_ops(self) -> bool:
+        """ops_impl == "fused": norms, activations and RoPE through torch's fused kernels."""
+        return self.ops_impl == "fused"
+
     def to_dict(self) -> dict[str, Any]:
         """All fields with derived sizes resolved (what config.json stores)."""
         out = dataclasses.asdict(self)

@@ -31,10 +31,9 @@ from scratchlm.nn.rope import RotaryEmbedding
 
 def make_norm(config: ModelConfig, dim: int) -> nn.Module:
     """RMSNorm or LayerNorm as the config says."""
-    fused = config.ops_impl == "fused"
     if config.norm == "rmsnorm":
-        return RMSNorm(dim, config.norm_eps, fused=fused)
-    return LayerNorm(dim, config.norm_eps, bias=config.norm_bias, fused=fused)
+        return RMSNorm(dim, config.norm_eps, fused=config.fused_ops)
+    return LayerNorm(dim, config.norm_eps, bias=config.norm_bias, fused=config.fused_ops)
 
 
 class Block(nn.Module):
@@ -47,14 +46,14 @@ class Block(nn.Module):
         self.self_attn = Attention(
             config.d_model, config.n_heads, config.n_kv_heads, config.head_dim, qkv_bias=config.qkv_bias,
             out_bias=config.attn_out_bias, qk_norm=config.qk_norm, norm_eps=config.norm_eps, rope=rope,
-            attn_impl=config.attn_impl, fused=config.ops_impl == "fused",
+            attn_impl=config.attn_impl, fused=config.fused_ops,
         )
         self.post_attention_layernorm = make_norm(config, config.d_model)
-        fused = config.ops_impl == "fused"
         if config.ffn == "swiglu":
-            self.mlp: nn.Module = SwiGLU(config.d_model, config.d_ff, bias=config.mlp_bias, fused=fused)
+            self.mlp: nn.Module = SwiGLU(config.d_model, config.d_ff, bias=config.mlp_bias, fused=config.fused_ops)
         else:
-            self.mlp = MLP(config.d_model, config.d_ff, config.activation, bias=config.mlp_bias, fused=fused)
+            self.mlp = MLP(config.d_model, config.d_ff, config.activation, bias=config.mlp_bias,
+                           fused=config.fused_ops)
 
     def forward(
         self,
@@ -88,7 +87,7 @@ class Decoder(nn.Module):
             self.embed_positions = SinusoidalPositions(config.max_seq_len, config.d_model)
         elif config.pos_embedding == "rope":
             rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_base, config.rope_style,
-                                   fused=config.ops_impl == "fused")
+                                   fused=config.fused_ops)
         self.rotary_emb = rope
         self.layers = nn.ModuleList(Block(config, rope) for _ in range(config.n_layers))
         # post-norm blocks already end in a norm; pre-norm needs a final one

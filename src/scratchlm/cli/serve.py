@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from scratchlm.serve.scheduler import SERVE_DECODE_MODES  # torch only; fastapi/uvicorn stay lazy
+
 
 def run_serve(args: argparse.Namespace) -> int:
     from scratchlm.serve.launch import run_server  # fastapi/uvicorn are imported only for this command
@@ -37,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="largest request body accepted (default 1 MiB; 413 beyond)")
     p.add_argument("--device", default="cpu", help="torch device for the model (default cpu; e.g. cuda)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
-    p.add_argument("--decode", choices=["fast", "model", "fast-int8"], default="fast",
+    p.add_argument("--decode", choices=SERVE_DECODE_MODES, default="fast",
                    help="decode step: fast = packed weights, same output as the model (default); model = the "
                         "reference forward; fast-int8 = int8 weight-only (approximate)")
     p.set_defaults(func=run_serve)

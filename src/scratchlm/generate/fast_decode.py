@@ -34,6 +34,7 @@ from scratchlm.nn.activations import TORCH_ACTIVATIONS
 from scratchlm.nn.kv_cache import KVCache
 from scratchlm.nn.rope import rope_rotation, rope_tables
 
+
 def supports(config: ModelConfig) -> bool:
     """True when FastDecoder can pack this architecture (every pre-norm config)."""
     return config.norm_placement == "pre"
@@ -83,12 +84,16 @@ class PackedLinear:
             if self.mkl is None or self.mkl[0] != batch:
                 self.mkl = (batch, torch.ops.mkl._mkl_reorder_linear_weight(self.w, batch))
 
+    def transposed(self) -> torch.Tensor:
+        """W^T (in, out) contiguous, made on first use (the one-row GEMV layout)."""
+        if self.wt is None:
+            self.wt = self.w.t().contiguous()
+        return self.wt
+
     def residual(self, x: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
         """x + self(inp): the residual add fused into the GEMV where possible (addmm for one row)."""
         if self.quant is None and self.bias is None and inp.shape[0] == 1:
-            if self.wt is None:
-                self.wt = self.w.t().contiguous()
-            return torch.addmm(x, inp.to(self.dtype), self.wt)
+            return torch.addmm(x, inp.to(self.dtype), self.transposed())
         return x + self(inp)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -100,9 +105,7 @@ class PackedLinear:
         if self.mkl is not None and self.mkl[0] == x.shape[0]:
             return torch.ops.mkl._mkl_linear(x, self.mkl[1], self.w, self.bias, self.mkl[0])
         if x.shape[0] == 1:
-            if self.wt is None:
-                self.wt = self.w.t().contiguous()  # (in, out)
-            y = x @ self.wt
+            y = x @ self.transposed()
         else:
             y = (self.w @ x.t()).t()  # (out, in) @ (in, B) -> (B, out)
         return y if self.bias is None else y + self.bias
@@ -158,10 +161,10 @@ def packed(linears: list[torch.nn.Module], dtype: torch.dtype, quant: str | None
 class PackedLayer:
     """One pre-norm block's weights, packed (see the module docstring)."""
 
-    def __init__(self, block: torch.nn.Module, config: ModelConfig, dtype: torch.dtype, quant: str | None) -> None:
+    def __init__(self, block: torch.nn.Module, config: ModelConfig, dtype: torch.dtype, quant: str | None,
+                 norm: PackedNorm) -> None:
         attn, mlp = block.self_attn, block.mlp
-        self.norm1 = PackedNorm(config.norm, config.norm_eps)
-        self.norm2 = PackedNorm(config.norm, config.norm_eps)
+        self.norm = norm  # stateless (the gains are folded into the matrices): shared by every norm
         # the attention scale 1/sqrt(Hd) is folded into the q rows (or the q part of the QK-norm gain)
         scale = 1.0 / math.sqrt(config.head_dim)
         q_rows, kv_rows = config.n_heads * config.head_dim, 2 * config.n_kv_heads * config.head_dim
@@ -174,14 +177,15 @@ class PackedLayer:
         self.down = packed([mlp.down_proj], dtype, quant)
         self.act = TORCH_ACTIVATIONS[config.activation]
         self.qk_gain = None
+        self.qk_norm = PackedNorm("rmsnorm", config.norm_eps)
         if config.qk_norm:  # per-head RMSNorm gains of q and k, stacked to match the (H + KvH) qk heads
             q_gain, k_gain = attn.q_norm.weight.detach() * scale, attn.k_norm.weight.detach()
             gains = [q_gain] * config.n_heads + [k_gain] * config.n_kv_heads
             self.qk_gain = torch.stack(gains).float()  # (H + KvH, Hd)
 
     def ffn_residual(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, D) -> x + FFN(norm2(x)) (B, D)."""
-        h = self.ffn_in(self.norm2(x))  # (B, 2F) gate|up, or (B, F)
+        """x (B, D) -> x + FFN(post_attention_norm(x)) (B, D)."""
+        h = self.ffn_in(self.norm(x))  # (B, 2F) gate|up, or (B, F)
         if self.gated:
             gate, up = h.chunk(2, dim=-1)
             return self.down.residual(x, F.silu(gate) * up)
@@ -216,22 +220,21 @@ class FastDecoder:
         c = model.config
         if not supports(c):
             raise ValueError(f"FastDecoder packs pre-norm models only, got norm_placement={c.norm_placement!r}; "
-                             "use the model's own step (fast_decode=False)")
+                             "use the model's own step (decode='model')")
         if quant not in QUANT_MODES:
             raise ValueError(f"unknown quant {quant!r}; valid: {QUANT_MODES}")
-        if quant == "int8" and not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
-            raise ValueError("quant='int8' needs torch's _weight_int8pack_mm kernel (torch >= 2.4); use quant=None")
         if quant == "int8":
+            if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
+                raise ValueError("quant='int8' needs torch's _weight_int8pack_mm kernel (torch >= 2.4); use quant=None")
             check_int8_dims(c)
         self.config, self.quant = c, quant
         self.dtype = model.lm_head.weight.dtype
         self.h, self.kvh, self.hd = c.n_heads, c.n_kv_heads, c.head_dim
         self.embed = model.model.embed_tokens.weight.detach()
         self.positions = model.model.embed_positions  # learned/sinusoidal module or None
-        self.layers = [PackedLayer(block, c, self.dtype, quant) for block in model.model.layers]
-        self.final_norm = PackedNorm(c.norm, c.norm_eps)
+        self.norm = PackedNorm(c.norm, c.norm_eps)
+        self.layers = [PackedLayer(block, c, self.dtype, quant, self.norm) for block in model.model.layers]
         self.head = packed([model.lm_head], self.dtype, quant, model.model.norm)
-        self.qk_eps = c.norm_eps
         rope = model.model.rotary_emb
         self.rope = None
         if rope is not None:
@@ -252,7 +255,7 @@ class FastDecoder:
                layer: PackedLayer) -> torch.Tensor:
         """qk (B, H + KvH, Hd) in fp32 -> QK-norm (if any), then RoPE with this step's (cos, sin) (B, 1, Hd)."""
         if layer.qk_gain is not None:
-            qk = qk * torch.rsqrt(qk.square().mean(-1, keepdim=True) + self.qk_eps) * layer.qk_gain
+            qk = layer.qk_norm(qk) * layer.qk_gain
         if rope is None:
             return qk
         cos, sin = rope
@@ -280,7 +283,7 @@ class FastDecoder:
             bias = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill_(~key_mask, float("-inf"))
             bias = bias[:, None, None].expand(b, kvh, 1, s + 1).reshape(b * kvh, 1, s + 1)
         for i, layer in enumerate(self.layers):
-            qkv = layer.qkv(layer.norm1(x))  # (B, (H + 2 KvH) Hd), q rows pre-scaled by 1/sqrt(Hd)
+            qkv = layer.qkv(layer.norm(x))  # (B, (H + 2 KvH) Hd), q rows pre-scaled by 1/sqrt(Hd)
             qk = self.rotate(qkv[:, : (h + kvh) * hd].view(b, h + kvh, hd).float(), rope, layer)
             ks[i].select(2, s).copy_(qk[:, h:])  # (B, KvH, Hd) into slot s
             vs[i].select(2, s).copy_(qkv[:, (h + kvh) * hd:].view(b, kvh, hd))
@@ -294,4 +297,4 @@ class FastDecoder:
             x = layer.o.residual(x, out.view(b, h * hd))  # x + o_proj(heads)
             x = layer.ffn_residual(x)
         cache.advance(1)
-        return self.head(self.final_norm(x))  # (B, V) in the model dtype, like its forward
+        return self.head(self.norm(x))  # (B, V) in the model dtype, like its forward

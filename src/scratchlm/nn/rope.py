@@ -118,15 +118,13 @@ class RotaryEmbedding(nn.Module):
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x (B, H, T, Hd); positions (T,) or (B, T) -> rotated x, same shape and dtype."""
         check_positions(positions, self.max_seq_len)
+        cos_t, sin_t = (self.cos_full, self.sin_full) if self.fused else (self.cos, self.sin)
+        cos, sin = cos_t[positions], sin_t[positions]  # (T, W) or (B, T, W); W = Hd fused, Hd/2 otherwise
+        if positions.dim() == 2:
+            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, W): broadcast over heads
         if self.fused:
-            cos, sin = self.cos_full[positions], self.sin_full[positions]  # (T, Hd) or (B, T, Hd)
-            if positions.dim() == 2:
-                cos, sin = cos[:, None], sin[:, None]
             x32 = x.float()
             return torch.addcmul(x32 * cos, rotate_pairs(x32, self.style), sin).to(x.dtype)
-        cos, sin = self.cos[positions], self.sin[positions]  # (T, Hd/2) or (B, T, Hd/2)
-        if positions.dim() == 2:
-            cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, Hd/2): broadcast over heads
         return apply_rope(x, cos, sin, self.style)
 
     def extra_repr(self) -> str:

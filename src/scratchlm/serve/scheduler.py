@@ -30,9 +30,9 @@ from scratchlm.generate.decode_step import forward_last, make_decode_step
 from scratchlm.generate.sampling import choose_next_token
 from scratchlm.model import TransformerLM
 from scratchlm.serve.sequence import Sequence
-
-SERVE_DECODE_MODES = ("model", "fast", "fast-int8")
 from scratchlm.serve.slot_cache import SlotCache
+
+SERVE_DECODE_MODES = ("model", "fast", "fast-int8")  # "compiled" would recompile as the batch changes
 
 
 @dataclass

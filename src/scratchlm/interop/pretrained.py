@@ -9,6 +9,7 @@ Weights are loaded as fp32 master weights by default (bf16/fp16 checkpoints are 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import torch
 from scratchlm.checkpoint import load_model
 from scratchlm.config import ModelConfig
 from scratchlm.interop.hf_config import config_from_hf, config_to_hf, export_family, hf_family
-from scratchlm.interop.hf_weights import state_from_hf, state_to_hf
+from scratchlm.interop.hf_weights import state_from_hf, state_to_hf, stored_head_differs
 from scratchlm.interop.shards import load_sharded, save_sharded
 from scratchlm.interop.tokenizer_files import save_hf_tokenizer
 from scratchlm.io_utils import atomic_write_text, read_json_object
@@ -59,11 +60,9 @@ def build_with_weights(config: ModelConfig, state: dict[str, torch.Tensor], dire
     model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=True, assign=True)
     if config.tie_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    rope = model.model.rotary_emb
-    if rope is not None:
-        fresh = RotaryEmbedding(rope.head_dim, rope.max_seq_len, rope.base, rope.style, fused=rope.fused)
-        for name, table in fresh.named_buffers():  # cos/sin (and the fused full-width tables)
-            setattr(rope, name, table)
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding):
+            module.init_tables(device="cpu")
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise ValueError(f"internal error: tensors {left[:5]} were not materialised after loading {directory}")
@@ -83,7 +82,13 @@ def from_pretrained(directory: str | Path, *, device: str | torch.device = "cpu"
         return load_model(directory, map_location=device, **config_overrides).to(dtype)
     config = config_from_hf(data, **config_overrides)
     family = hf_family(data)
-    state = state_from_hf(load_sharded(directory, progress=progress), config, family)
+    hf_state = load_sharded(directory, progress=progress)
+    if config.tie_embeddings and stored_head_differs(hf_state):
+        warnings.warn(f"{directory}: config.json says tie_word_embeddings=true but the checkpoint stores a separate "
+                      "lm_head.weight that differs from the embedding; loading it untied, as transformers does",
+                      stacklevel=2)
+        config = config.replace(tie_embeddings=False)
+    state = state_from_hf(hf_state, config, family)
     model = build_with_weights(config, state, directory)
     return model.to(device=device, dtype=dtype).eval()
 

@@ -26,9 +26,11 @@ import torch
 from scratchlm.interop import model_extras
 from scratchlm.interop.gguf_file import GGUFContents, is_gguf_file, read_gguf
 from scratchlm.interop.gguf_load import load_gguf
-from scratchlm.interop.gguf_tokenizer import stop_token_ids_from_gguf, tokenizer_json_from_gguf
+from scratchlm.interop.gguf_tokenizer import (stop_token_ids_from_gguf, tokenizer_config_from_gguf,
+                                             tokenizer_json_from_gguf)
 from scratchlm.interop.pretrained import from_pretrained, is_hf_config, read_config_json
 from scratchlm.interop.tokenizer_files import TOKENIZER_JSON, load_hf_tokenizer
+from scratchlm.io_utils import atomic_write_text
 from scratchlm.model import TransformerLM
 from scratchlm.tokenizer import Tokenizer
 from scratchlm.tokenizer.formats import META_FILE
@@ -49,6 +51,8 @@ class LoadedModel:
     kind: str
     path: Path
     family: str
+    tokenizer_config: dict[str, Any] = field(default_factory=dict)
+    generation_config: dict[str, Any] = field(default_factory=dict)
     weight_types: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
@@ -122,9 +126,12 @@ def _load_gguf_kind(path: Path, contents: GGUFContents, tokenizer: Any, **kw: An
         counts[t.type_name] = counts.get(t.type_name, 0) + 1
     name = meta.get("general.name")
     family = f"{meta['general.architecture']}{f' {name!r}' if name else ''}"
-    return LoadedModel(model, tok, meta.get("tokenizer.chat_template") or None, stop_token_ids_from_gguf(meta),
-                       meta.get("tokenizer.ggml.bos_token_id"), model_extras.sampling_from_gguf(meta), "gguf",
-                       path, family, counts)
+    stops, bos = stop_token_ids_from_gguf(meta), meta.get("tokenizer.ggml.bos_token_id")
+    sampling = model_extras.sampling_from_gguf(meta)
+    generation = {"bos_token_id": bos, "eos_token_id": stops, **sampling, **({"do_sample": True} if sampling else {})}
+    tok_config = tokenizer_config_from_gguf(meta) if tokenizer is None else {}
+    return LoadedModel(model, tok, meta.get("tokenizer.chat_template") or None, stops, bos,
+                       sampling, "gguf", path, family, tok_config, generation, counts)
 
 
 def load_pretrained(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
@@ -146,11 +153,31 @@ def load_pretrained(path: str | Path, *, device: str | torch.device = "cpu", dty
         data = read_config_json(path)
         stops = model_extras.stop_ids_from_dir(path, lambda text: _token_id(tok, text))
         family = data.get("model_type", "scratchlm") if kind == "hf" else "scratchlm"
-        loaded = LoadedModel(model, tok, model_extras.chat_template_from_dir(path), stops,
-                             data.get("bos_token_id") if kind == "hf" else None,
-                             model_extras.sampling_from_dir(path), kind, path, family)
+        template = model_extras.chat_template_from_dir(path)
+        tok_config = {} if tokenizer is not None else model_extras.tokenizer_config(path)
+        if template and tokenizer is None:
+            tok_config["chat_template"] = template  # also when it came from chat_template.jinja
+        loaded = LoadedModel(model, tok, template, stops, data.get("bos_token_id") if kind == "hf" else None,
+                             model_extras.sampling_from_dir(path), kind, path, family, tok_config,
+                             model_extras.generation_config(path))
     _check_vocab(loaded)
     return loaded
+
+
+def write_model_extras(loaded: LoadedModel, directory: str | Path) -> list[str]:
+    """Write the loaded model's tokenizer_config.json (chat template, special tokens) and
+    generation_config.json (eos ids, sampling defaults) into `directory`; returns the names written.
+
+    With the weights (save_model / save_pretrained) and the tokenizer (Tokenizer.save) this makes a
+    fine-tuned or converted copy that chats exactly like the model it came from."""
+    directory = Path(directory)
+    written = []
+    for name, data in ((model_extras.TOKENIZER_CONFIG, loaded.tokenizer_config),
+                       (model_extras.GENERATION_CONFIG, loaded.generation_config)):
+        if data:
+            atomic_write_text(directory / name, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+            written.append(name)
+    return written
 
 
 def _check_vocab(loaded: LoadedModel) -> None:

@@ -77,9 +77,14 @@ def stop_ids_from_dir(directory: Path, token_id: Any) -> list[int]:
     return list(dict.fromkeys(ids))
 
 
+def generation_config(directory: Path) -> dict[str, Any]:
+    """generation_config.json as a dict ({} when absent)."""
+    return _json(directory / GENERATION_CONFIG)
+
+
 def sampling_from_dir(directory: Path) -> dict[str, float]:
     """SamplingParams defaults from generation_config.json ({} when there is none)."""
-    gen = _json(directory / GENERATION_CONFIG)
+    gen = generation_config(directory)
     out = {ours: gen[hf] for hf, ours in _HF_SAMPLING.items() if isinstance(gen.get(hf), (int, float))}
     if gen and not gen.get("do_sample", False):
         out["temperature"] = 0.0  # HF samples only with do_sample=true; greedy otherwise

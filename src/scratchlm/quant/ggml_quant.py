@@ -40,8 +40,13 @@ def _inverse(d: torch.Tensor) -> torch.Tensor:
 
 
 def round_half_away(x: torch.Tensor) -> torch.Tensor:
-    """C's roundf: nearest integer, halves away from zero (torch.round rounds halves to even)."""
-    return torch.sign(x) * torch.floor(x.abs() + 0.5)
+    """C's roundf: nearest integer, halves away from zero (torch.round rounds halves to even).
+
+    |x| = f + r with f = floor(|x|): round up iff 2r >= 1 (exact in fp32, unlike floor(|x| + 0.5),
+    which rounds 0.49999997 + 0.5 up to 1)."""
+    a = x.abs()
+    f = torch.floor(a)
+    return torch.sign(x) * (f + torch.floor(2 * (a - f)))
 
 
 def quantize_q8_0(w: torch.Tensor) -> GGMLBlocks:

@@ -1,11 +1,12 @@
 """Flags and helpers shared by `scratchlm sft|dpo|ppo|grpo`: load the policy, build OptimConfig, save the run.
 
-Every command reads a model dir (config.json + model.safetensors + tokenizer files), trains a copy
-in place and publishes OUT in one swap (align.run_dir): the model in the same layout (loadable by
-`scratchlm generate --checkpoint OUT`) — or, for a LoRA run without --merge, the adapter in PEFT's
-layout (adapter_config.json + adapter_model.safetensors) — plus the tokenizer files, align_config.json
-and align_history.jsonl, and prints one JSON summary line. While it trains, OUT/checkpoint is written
-every --checkpoint-every steps and --resume continues from it bit-identically.
+Every command reads a model (--checkpoint: a scratchlm checkpoint dir, an HF model dir or a .gguf file,
+through scratchlm.loading), trains a copy in place and publishes OUT in one swap (align.run_dir): a
+scratchlm checkpoint (loadable by `scratchlm generate --checkpoint OUT`; the model's tokenizer, chat
+template and end-of-reply tokens travel with it) — or, for a LoRA run without --merge, the adapter in
+PEFT's layout (adapter_config.json + adapter_model.safetensors) with the same tokenizer files — plus
+align_config.json and align_history.jsonl, and prints one JSON summary line. While it trains,
+OUT/checkpoint is written every --checkpoint-every steps and --resume continues from it bit-identically.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import torch
 from scratchlm.align.checkpoint import CheckpointOptions
 from scratchlm.align.run_dir import prepare_run_dir, publish_run_dir
 from scratchlm.align.trainer_common import OptimConfig, save_run
-from scratchlm.checkpoint import load_model, save_model
+from scratchlm.checkpoint import save_model
+from scratchlm.cli.outputs import add_overwrite_arg
 from scratchlm.interop.peft_adapter import check_adapter_family, save_adapter
+from scratchlm.loading import load_pretrained, write_model_extras
 from scratchlm.model import TransformerLM
 from scratchlm.nn.lora import LORA_TARGETS, apply_lora, merge_lora
 from scratchlm.train.distributed import pick_device
@@ -30,7 +33,8 @@ from scratchlm.train.schedule import SCHEDULES
 
 
 def add_common_args(p: argparse.ArgumentParser, data_help: str, lr: float, steps: int, schedule: str) -> None:
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="starting model dir (with tokenizer files)")
+    p.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="starting model: a scratchlm checkpoint dir, an HF model dir or a .gguf file")
     p.add_argument("--data", required=True, metavar="FILE.jsonl", help=data_help)
     p.add_argument("--out", required=True, metavar="DIR", help="where the trained model is written")
     p.add_argument("--steps", type=int, default=steps, help="optimizer steps (RL: rollout steps)")
@@ -45,7 +49,7 @@ def add_common_args(p: argparse.ArgumentParser, data_help: str, lr: float, steps
     p.add_argument("--checkpoint-every", type=int, default=50, metavar="N",
                    help="write OUT/checkpoint every N steps (0 = never); --resume continues from it")
     p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out (same flags)")
-    p.add_argument("--overwrite", action="store_true", help="replace what --out holds (default: refuse)")
+    add_overwrite_arg(p)
 
 
 def add_lora_args(p: argparse.ArgumentParser) -> None:
@@ -73,13 +77,14 @@ def optim_from_args(args: argparse.Namespace) -> OptimConfig:
 
 def load_policy(args: argparse.Namespace) -> tuple[TransformerLM, Any]:
     """(model in train mode, tokenizer) from --checkpoint, with LoRA adapters when --lora-r > 0; sets
-    --threads and the seed."""
-    from scratchlm.tokenizer import Tokenizer
+    --threads and the seed.
 
+    The whole LoadedModel is kept as args.loaded so `finish` writes its chat template and stop tokens."""
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = load_model(args.checkpoint).to(pick_device(args.device)).train()
+    args.loaded = load_pretrained(args.checkpoint, keep_quantized=False)  # fine-tuning outdates ggml blocks
+    model = args.loaded.model.to(pick_device(args.device)).train()
     if getattr(args, "lora_r", 0):
         targets = [t.strip() for t in args.lora_targets.split(",") if t.strip()]
         alpha = 2.0 * args.lora_r if args.lora_alpha is None else args.lora_alpha
@@ -88,7 +93,7 @@ def load_policy(args: argparse.Namespace) -> tuple[TransformerLM, Any]:
             check_adapter_family(model)  # before training: the adapter must be writable at the end
     elif getattr(args, "merge", False):
         raise ValueError("--merge folds LoRA adapters into the weights; it needs --lora-r > 0")
-    return model, Tokenizer.load(args.checkpoint)
+    return model, args.loaded.tokenizer
 
 
 def prepare_output(args: argparse.Namespace) -> Path | None:
@@ -131,6 +136,8 @@ def finish(model: TransformerLM, tok: Any, args: argparse.Namespace, cfg: Any, h
     def fill(tmp: Path) -> None:
         write_model(model, tmp, args)
         save_run(tmp, tok, config, history)
+        if getattr(args, "loaded", None) is not None:
+            write_model_extras(args.loaded, tmp)
 
     out = publish_run_dir(args.out, fill, replaced)
     print(json.dumps({"out": str(out), "steps": len(history), **summary}))

@@ -12,7 +12,6 @@ from tqdm import tqdm
 
 from scratchlm.data.token_file import write_token_file
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-from scratchlm.tokenizer.hf_json import save_hf_tokenizer_json
 from scratchlm.tokenizer.streaming import encode_stream_chunks
 from scratchlm.tokenizer.text_io import decode_utf8
 
@@ -51,7 +50,7 @@ def run_train(args: argparse.Namespace) -> int:
     tok = Tokenizer(vocab, merges, specials)
     tok.save(args.out)
     if args.hf_json:
-        save_hf_tokenizer_json(tok, Path(args.out) / "tokenizer.json")
+        tok.save_hf_json(Path(args.out) / "tokenizer.json")
     report = {"out": str(args.out), "vocab_size": tok.vocab_size, "merges": len(merges),
               "special_tokens": tok.special_token_ids, "seconds": round(time.perf_counter() - t0, 2)}
     print(json.dumps(report))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scratchlm.field_types import check_field_types
 from scratchlm.nn.activations import ACTIVATIONS
 from scratchlm.nn.attention import ATTN_IMPLS
 from scratchlm.nn.ffn import swiglu_hidden_dim
@@ -64,6 +65,7 @@ class ModelConfig:
     derived: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        check_field_types(self)  # wrong types (e.g. --model.norm_eps=small) are a ValueError naming the field
         self.derived = tuple(n for n in ("n_kv_heads", "head_dim", "d_ff") if getattr(self, n) is None)
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "ffn_multiple_of"):
             value = getattr(self, name)

@@ -13,9 +13,8 @@ from pathlib import Path
 import torch
 import uvicorn
 
-from scratchlm.checkpoint import load_model
+from scratchlm.loading import load_pretrained
 from scratchlm.serve.server import DEFAULT_MAX_BODY_BYTES, create_app
-from scratchlm.tokenizer import Tokenizer
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -46,24 +45,21 @@ def check_device(device: str) -> None:
 
 
 def default_model_name(checkpoint: Path) -> str:
-    """The checkpoint directory's name; for a training run's OUT/checkpoint, the name of OUT."""
+    """The checkpoint directory's name (for a training run's OUT/checkpoint, the name of OUT); a .gguf file's stem."""
     path = checkpoint.resolve()
+    if path.is_file():
+        return path.name.removesuffix(".gguf")
     return path.parent.name if path.name == "checkpoint" and path.parent.name else path.name
 
 
 def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
                model_name: str | None = None, max_batch: int = 32,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, device: str = "cpu", decode: str = "fast") -> None:
-    """Serve the model in `checkpoint` (config.json + model.safetensors + tokenizer files) until stopped."""
+    """Serve the model at `checkpoint` (a scratchlm or HF model dir, or a .gguf file) until stopped."""
     checkpoint = Path(checkpoint)
-    if not checkpoint.is_dir():
-        raise FileNotFoundError(f"checkpoint directory {checkpoint} does not exist")
     check_device(device)
-    model = load_model(checkpoint, map_location=device).eval()
-    tokenizer = Tokenizer.load(checkpoint)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(f"tokenizer in {checkpoint} has {tokenizer.vocab_size} tokens but the model only "
-                         f"{model.config.vocab_size}; the checkpoint's tokenizer and model do not belong together")
+    loaded = load_pretrained(checkpoint, device=device)
+    model, tokenizer = loaded.model, loaded.tokenizer
     name = model_name or default_model_name(checkpoint)
     app = create_app(model, tokenizer, name, api_key=api_key, max_body_bytes=max_body_bytes, max_batch=max_batch,
                      decode=decode)

@@ -35,7 +35,7 @@ from scratchlm.generate.packed_linear import (  # PackedLinear, mkl_packing_avai
 from scratchlm.model import TransformerLM
 from scratchlm.nn.activations import TORCH_ACTIVATIONS
 from scratchlm.nn.kv_cache import KVCache
-from scratchlm.nn.rope import rope_rotation, rope_tables
+from scratchlm.nn.rope import rope_rotation
 
 
 def supports(config: ModelConfig) -> bool:
@@ -161,10 +161,9 @@ class FastDecoder:
         self.layers = [PackedLayer(block, c, self.dtype, quant, self.norm, source) for block in model.model.layers]
         self.head = packed([model.lm_head], self.dtype, quant, model.model.norm, source=source)
         rope = model.model.rotary_emb
-        self.rope = None
+        self.rope = None if rope is None else rope.fused_copy()  # full-width tables: x * cos + rot(x) * sin
         if rope is not None:
-            cos, sin = rope_tables(rope.cos, rope.sin, rope.style)
-            self.rope = (cos, sin, rope_rotation(c.head_dim, rope.style, torch.float32).to(cos.device))
+            self.rotation = rope_rotation(c.head_dim, rope.style, torch.float32).to(rope.cos.device)
 
     def linears(self) -> list[PackedLinear]:
         """Every packed matrix of the model (the layers', then the LM head)."""
@@ -184,7 +183,7 @@ class FastDecoder:
         if rope is None:
             return qk
         cos, sin = rope
-        rotated = (qk.flatten(0, 1) @ self.rope[2]).view(qk.shape)  # one 2-D mm, not a broadcast bmm
+        rotated = (qk.flatten(0, 1) @ self.rotation).view(qk.shape)  # one 2-D mm, not a broadcast bmm
         return torch.addcmul(qk * cos, rotated, sin)
 
     @torch.inference_mode()
@@ -202,7 +201,10 @@ class FastDecoder:
         if self.positions is not None:
             x = x + self.positions(positions).to(x.dtype)
         ks, vs = cache.k.unbind(0), cache.v.unbind(0)  # per layer (B, KvH, T_max, Hd)
-        rope = None if self.rope is None else (self.rope[0][positions][:, None], self.rope[1][positions][:, None])
+        rope = None
+        if self.rope is not None:
+            cos, sin = self.rope.tables(positions)  # (B, Hd) each
+            rope = (cos[:, None], sin[:, None])
         bias = None
         if key_mask is not None:  # (B * KvH, 1, S): 0 where visible, -inf on padding
             bias = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill_(~key_mask, float("-inf"))

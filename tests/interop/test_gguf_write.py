@@ -93,3 +93,33 @@ def test_export_refusals(tmp_path):
     with pytest.raises(ValueError, match="GGUF export supports the llama, qwen2, qwen3"):
         save_gguf(TransformerLM(get_preset("gpt2-tiny", n_layers=1)), tmp_path / "b.gguf")
     assert not list(tmp_path.iterdir())
+
+
+def test_convert_cli_to_gguf_and_back(tmp_path, hf_tokenizer, capsys):
+    from scratchlm.cli.main import main
+
+    hf = _hf_model("qwen2", hf_tokenizer.get_vocab_size())
+    hf.save_pretrained(tmp_path / "hf")
+    hf_tokenizer.save(str(tmp_path / "hf" / "tokenizer.json"))
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "chat_template": "{{ 'x' }}"}))
+    assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ours")]) == 0
+    gguf_path = tmp_path / "g" / "m.gguf"
+    gguf_path.parent.mkdir()
+    assert main(["convert", "--to-gguf", str(tmp_path / "ours"), "--out", str(gguf_path), "--type", "q8_0"]) == 0
+    assert main(["convert", "--to-gguf", str(tmp_path / "ours"), "--out", str(gguf_path)]) == 2
+    assert "already holds a file" in capsys.readouterr().err
+    assert main(["convert", "--to-gguf", str(tmp_path / "ours"), "--out", str(gguf_path), "--type", "f32",
+                 "--overwrite"]) == 0
+    # GGUF -> HF dir: transformers loads it (model and tokenizer with the chat template) as the GGUF
+    assert main(["convert", "--to-hf", str(gguf_path), "--out", str(tmp_path / "hf2")]) == 0
+    assert main(["convert", "--from-hf", str(gguf_path), "--out", str(tmp_path / "ours2")]) == 0
+    ids = torch.tensor([hf_tokenizer.encode("To be, or not to be").ids])
+    with torch.no_grad():
+        want = hf(ids).logits
+        back = AutoModelForCausalLM.from_pretrained(tmp_path / "hf2", dtype=torch.float32).eval()
+        assert (back(ids).logits - want).abs().max() <= 1e-4
+        assert (from_pretrained(tmp_path / "ours2")(ids) - want).abs().max() <= 1e-4
+    tok2 = AutoTokenizer.from_pretrained(tmp_path / "hf2")
+    assert tok2.encode(TEXTS[0], add_special_tokens=False) == hf_tokenizer.encode(TEXTS[0]).ids
+    assert tok2.chat_template == "{{ 'x' }}" and tok2.eos_token == "<|im_end|>"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from scratchlm.checkpoint import load_model, save_model
+from scratchlm.checkpoint import save_model
 from scratchlm.cli.outputs import add_output_arg
 from scratchlm.interop.gguf_file import is_gguf_file
 from scratchlm.interop.gguf_write import EXPORT_TYPES, save_gguf
@@ -56,7 +56,7 @@ def _from_hf(src: Path, out: Path, overwrite: bool) -> tuple[torch.nn.Module, li
 def _to_hf(src: Path, out: Path, args: argparse.Namespace) -> tuple[torch.nn.Module, list[str]]:
     dtype = getattr(torch, args.dtype) if args.dtype else None
     loaded = load_pretrained(src, keep_quantized=False, progress=True) if is_gguf_file(src) else None
-    model = loaded.model if loaded is not None else load_model(src)
+    model = loaded.model if loaded is not None else from_pretrained(src)
     with atomic_output_dir(out, args.overwrite) as tmp:
         save_pretrained(model, tmp, max_shard_size=args.max_shard_size, dtype=dtype, progress=True)
         return model, _gguf_tokenizer_files(loaded, tmp) if loaded is not None else tokenizer_to_hf(src, tmp)

@@ -54,6 +54,7 @@ def _from_hf(src: Path, out: Path, overwrite: bool) -> tuple[torch.nn.Module, li
 
 
 def _to_hf(src: Path, out: Path, args: argparse.Namespace) -> tuple[torch.nn.Module, list[str]]:
+    model_kind(src)  # a clear error for a path that is no model
     dtype = getattr(torch, args.dtype) if args.dtype else None
     loaded = load_pretrained(src, keep_quantized=False, progress=True) if is_gguf_file(src) else None
     model = loaded.model if loaded is not None else from_pretrained(src)

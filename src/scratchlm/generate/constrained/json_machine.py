@@ -44,7 +44,7 @@ QUOTE, BACKSLASH, COLON, COMMA = ord('"'), ord("\\"), ord(":"), ord(",")
 LBRACE, RBRACE, LBRACK, RBRACK, MINUS, ZERO, DOT = map(ord, "{}[]-0.")
 WS_MAX = 16
 MAX_DEPTH = 32
-MAX_INT_DIGITS, MAX_FRAC_DIGITS, MAX_EXP_DIGITS = 16, 16, 2
+MAX_INT_DIGITS, MAX_FRAC_DIGITS, MAX_EXP_DIGITS = 16, 17, 2
 NUMBER_DONE = {"zero", "int", "frac", "edig"}  # parts where the number may end
 NUMBER_LEFT = {"sign": 1, "dot": 1, "exp": 1, "esign": 1}
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from scratchlm.align.logprobs import (completion_logprobs, entropy, masked_mean, masked_sum, sequence_logprobs,
-                                      token_logprobs)
+from scratchlm.align.logprobs import (completion_logprobs, entropy, masked_mean, masked_normalize, masked_sum,
+                                      response_log_probs, sequence_logprobs, token_logprobs)
+from scratchlm.align.tokenize import prompt_output_tensors, tokenize_prompt_and_output
 from scratchlm.config import get_preset
 from scratchlm.model import TransformerLM
 
@@ -29,7 +30,55 @@ def test_masked_reductions_hand_worked():
     m = torch.tensor([[1, 0, 1], [0, 0, 0]])
     assert masked_sum(x, m).item() == 4.0
     assert masked_mean(x, m).item() == 2.0
-    assert masked_mean(x, m, dim=1).tolist() == [2.0, 0.0]  # fully masked row -> 0, not NaN
+    assert masked_normalize(x, m, 8.0).item() == 0.5 and masked_normalize(x, m, 2.0, dim=1).tolist() == [2.0, 0.0]
+    row = masked_mean(x, m, dim=1)  # a fully masked row follows torch: mean of nothing is NaN
+    assert row[0].item() == 2.0 and torch.isnan(row[1]) and torch.isnan(torch.tensor([]).mean())
+    assert torch.isnan(masked_mean(x, torch.zeros_like(m)))
+    poisoned = x.clone()
+    poisoned[0, 1] = float("inf")  # a masked-out slot is never read
+    assert masked_mean(poisoned, m).item() == 2.0 and masked_sum(poisoned, m).item() == 4.0
+    with pytest.raises(ValueError, match="normalize_constant"):
+        masked_normalize(x, m, 0.0)
+
+
+def test_tokenize_prompt_and_output_with_a_transformers_tokenizer(shared_data):
+    from transformers import GPT2TokenizerFast
+
+    tok = GPT2TokenizerFast(str(shared_data / "gpt2_vocab.json"), str(shared_data / "gpt2_merges.txt"))
+    prompts, outputs = ["Hello, my name is", "2+2="], [" Bob.", "4 and more text"]
+    t = tokenize_prompt_and_output(prompts, outputs, tok, pad_id=-1)
+    for b, (p, o) in enumerate(zip(prompts, outputs)):
+        pi, oi = tok(p)["input_ids"], tok(o)["input_ids"]
+        full = pi + oi + [-1] * (t["input_ids"].shape[1] + 1 - len(pi) - len(oi))
+        assert t["input_ids"][b].tolist() == full[:-1] and t["labels"][b].tolist() == full[1:]
+        assert t["response_mask"][b].tolist() == [False] * (len(pi) - 1) + [True] * len(oi) + [False] * (
+            len(full) - len(pi) - len(oi))
+    with pytest.raises(ValueError, match="one output per prompt"):
+        tokenize_prompt_and_output(["a"], [], tok)
+
+
+def test_response_log_probs_of_a_transformers_model_and_ours():
+    """The same helper scores an HF LlamaForCausalLM (output.logits) and our TransformerLM (a tensor)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from scratchlm.interop.hf_config import config_to_hf
+
+    ours = TransformerLM(get_preset("llama-tiny", vocab_size=50, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2,
+                                    rope_style="half", tie_embeddings=False)).eval()
+    hf = LlamaForCausalLM(LlamaConfig(**config_to_hf(ours.config, "llama"))).eval()
+    hf.load_state_dict(ours.state_dict(), strict=True)
+    t = prompt_output_tensors([[1, 2, 3], [4]], [[5, 6], [7, 8, 9, 10]])
+    labels = t["labels"].masked_fill(~t["response_mask"], -100)
+    with torch.no_grad():
+        got_hf = response_log_probs(hf, t["input_ids"], labels, return_token_entropy=True)
+        got = response_log_probs(ours, t["input_ids"], labels, return_token_entropy=True)
+        lp = torch.log_softmax(hf(t["input_ids"]).logits.float(), -1)  # (B, T, V)
+    expect = lp.gather(-1, t["labels"].unsqueeze(-1)).squeeze(-1) * t["response_mask"]
+    ent = -(lp.exp() * lp).sum(-1)
+    for out in (got_hf, got):
+        torch.testing.assert_close(out["log_probs"], expect, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out["token_entropy"], ent, rtol=1e-5, atol=1e-5)
+    assert bool((got["log_probs"][~t["response_mask"]] == 0).all())
 
 
 def test_batched_completion_logprobs_equal_one_at_a_time():

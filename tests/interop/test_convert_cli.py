@@ -66,6 +66,8 @@ def test_convert_errors_are_one_line(hf_dir, tmp_path, capsys):
     assert main(["convert", "--from-hf", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main(["convert", "--from-hf", str(hf_dir), "--out", str(hf_dir)]) == 2
+    assert "already holds" in capsys.readouterr().err  # the output guard refuses first
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(hf_dir), "--overwrite"]) == 2
     assert "source directory" in capsys.readouterr().err
     assert main(["convert", "--to-hf", str(hf_dir), "--out", str(tmp_path / "o")]) == 2
     assert "Hugging Face config" in capsys.readouterr().err

@@ -83,7 +83,7 @@ def test_quickstart_end_to_end_on_user_text(tmp_path, shared_data):
     for prompt, text in result.samples.items():
         assert text.startswith(prompt) and len(text) > len(prompt)
     assert (out / "loss.png").exists() and (out / "corpus.txt").read_text().startswith("First Citizen")
-    with pytest.raises(ValueError, match="--overwrite"):
+    with pytest.raises(FileExistsError, match="--overwrite"):
         quickstart(out, data=str(shared_data / "tinyshakespeare.txt"))
     with pytest.raises(ValueError, match=r"quickstart sets \['out_dir'\] itself; use --out DIR"):
         quickstart(tmp_path / "other", out_dir=str(tmp_path / "x"))

@@ -80,7 +80,7 @@ def test_bad_input_is_a_clear_error_and_overwrites_nothing(tmp_path, tokens):
     train(cfg)
     weights = tmp_path / "run" / "checkpoint" / "model.safetensors"
     snapshot = weights.read_bytes()
-    with pytest.raises(ValueError, match="already holds a checkpoint at step 4; pass --resume"):
+    with pytest.raises(FileExistsError, match="already holds a checkpoint at step 4; pass --resume"):
         train(cfg)
     with pytest.raises(ValueError, match=r"model config differs.*'d_model': \(32, 48\)"):
         train(cfg.with_overrides({"model.d_model": 48, "max_steps": 8}), resume=True)

@@ -5,7 +5,7 @@ One step:
        DAPO dynamic sampling: drop groups with all-equal rewards and sample more prompts until the
        batch has prompts_per_step informative groups or max_refill_rounds rounds were drawn
     2. reward = task reward (+ soft overlong punishment when overlong_buffer > 0)
-    3. A = group_advantages(reward); old = log-probs at T of the sampler (= detached current policy)
+    3. A = advantages for cfg.loss.pg_loss (group-normalised for grpo/grpo_clip); old = log-probs at T of the sampler (= detached current policy)
     4. num_iterations (mu) passes of clipped updates over micro-batches, the aggregation's normaliser
        counting the whole batch (tokens for token-mean, sequences otherwise), one optimizer step per pass.
 With mu = 1 the ratio is 1 in value and the loss gradient is -A grad logp (+ the KL term).
@@ -22,7 +22,8 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
-from scratchlm.align.grpo import GRPOLossConfig, group_advantages, grpo_loss, informative_groups, soft_overlong_penalty
+from scratchlm.align.grpo import (GRPOLossConfig, advantages_for, grpo_loss, informative_groups,
+                                  soft_overlong_penalty)
 from scratchlm.align.logprobs import completion_logprobs
 from scratchlm.align.rollout import Rollout, sample_rollouts, score_rollout
 from scratchlm.align.trainer_common import OptimConfig, Stepper, frozen_copy, index_batches
@@ -48,8 +49,12 @@ class GRPOTrainConfig:
         for name in ("steps", "prompts_per_step", "group_size", "max_new_tokens", "num_iterations", "micro_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GRPOTrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.group_size < 2:
+        if self.group_size < 2 and self.loss.pg_loss != "no_baseline":
             raise ValueError(f"group_size={self.group_size}: GRPO compares completions within a group, use G >= 2")
+        if self.num_iterations > 1 and not self.loss.clipped:
+            raise ValueError(f"pg_loss={self.loss.pg_loss!r} (-A log pi) is an on-policy estimator; it cannot reuse a "
+                             f"rollout for num_iterations={self.num_iterations} updates: use num_iterations=1 or "
+                             "pg_loss='grpo_clip' (importance ratio + clipping)")
 
 
 def collect_rollout(model: TransformerLM, tok: Any, examples: list[RLPrompt], batches, cfg: GRPOTrainConfig,
@@ -128,8 +133,7 @@ def train_grpo(
         record: dict[str, Any] = {"step": step, **info, "mean_length": float(rollout.lengths.float().mean())
                                   if rollout.prompts else 0.0}
         if rollout.prompts:
-            adv = group_advantages(shaped_rewards(rollout, cfg), cfg.group_size, cfg.loss.scale_rewards,
-                                   cfg.loss.std_eps)
+            adv = advantages_for(shaped_rewards(rollout, cfg), cfg.group_size, cfg.loss)
             record.update(update_policy(model, ref, rollout, adv, cfg, stepper))
         if not all(math.isfinite(v) for v in record.values() if isinstance(v, float)):
             raise ValueError(f"GRPO step {step} produced non-finite metrics {record}; lower the learning rate")

@@ -43,13 +43,18 @@ def kl_loss_term(
     estimator: str = "k3",
     old_logp: torch.Tensor | None = None,
     is_correction: bool = False,
+    ratio: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-token KL term for a loss: k(logp, ref), times rho = exp(logp - sg[old]) when is_correction.
+    """Per-token KL term for a loss: k(logp, ref), times the importance ratio when is_correction.
 
-    old_logp defaults to logp itself (on-policy: rho has value 1 but still carries grad log pi).
+    The ratio is `ratio` when given (the surrogate's own: GSPO's (B, 1) sequence ratio weights every
+    token of its sequence, as trl 1.16 does), else rho = exp(logp - sg[old]) per token; old_logp
+    defaults to logp itself (on-policy: rho has value 1 but still carries grad log pi).
     """
     k = kl_estimate(logp, ref_logp.detach(), estimator)
     if not is_correction:
         return k
-    old = (logp if old_logp is None else old_logp).detach()
-    return torch.exp(logp - old) * k
+    if ratio is None:
+        old = (logp if old_logp is None else old_logp).detach()
+        ratio = torch.exp(logp - old)
+    return ratio * k

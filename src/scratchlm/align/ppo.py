@@ -10,7 +10,7 @@ GAE (Schulman 2015), backwards with V_{T+1} = 0:
     delta_t = r_t + gamma V_{t+1} - V_t;   A_t = delta_t + gamma lambda A_{t+1};   R_t = A_t + V_t
 Whitening over all valid tokens, unbiased variance (trl masked_var):
     A <- (A - mean) / sqrt(var + 1e-8);  shift_mean=False keeps the mean (reward whitening)
-Losses (masked means over tokens), rho = exp(logp - old):
+Losses (masked means over tokens, 0 for a batch without tokens), rho = exp(logp - old):
     L_pg = masked_mean max(-A rho, -A clip(rho, 1 - eps, 1 + eps))
     L_v  = 0.5 masked_mean max((V - R)^2, (V_old + clip(V - V_old, -eps_v, eps_v) - R)^2)
     L    = L_pg + vf_coef L_v
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from scratchlm.align.kl import kl_estimate
-from scratchlm.align.logprobs import masked_mean, masked_sum, pack_prompt_completion
+from scratchlm.align.logprobs import masked_sum, pack_prompt_completion
 from scratchlm.align.surrogate import aggregate_loss, clipped_surrogate
 from scratchlm.model import TransformerLM
 from scratchlm.nn.linear import Linear
@@ -108,8 +108,8 @@ def ppo_policy_loss(
                                              clip_range if clip_range_high is None else clip_range_high, dual_clip)
     loss = aggregate_loss(per_token, mask, agg)
     with torch.no_grad():
-        metrics = {"clipfrac": float(masked_mean((low | high).float(), mask)),
-                   "approx_kl": float(masked_mean(0.5 * (logp - old_logp).square(), mask))}
+        metrics = {"clipfrac": float(aggregate_loss((low | high).float(), mask, "token-mean")),
+                   "approx_kl": float(aggregate_loss(0.5 * (logp - old_logp).square(), mask, "token-mean"))}
     return loss, metrics
 
 
@@ -120,7 +120,7 @@ def ppo_value_loss(
     """0.5 * masked mean of max((V - R)^2, (V_clipped - R)^2)."""
     v_clip = old_values + (values - old_values).clamp(-clip_range_value, clip_range_value)
     per_token = torch.maximum((values - returns).square(), (v_clip - returns).square())
-    return 0.5 * masked_mean(per_token, mask)
+    return 0.5 * aggregate_loss(per_token, mask, "token-mean")
 
 
 def completion_values(critic: ValueModel, prompts: list[list[int]], completions: list[list[int]]) -> torch.Tensor:

@@ -21,10 +21,11 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
-from scratchlm.align.logprobs import completion_logprobs, masked_mean, pack_prompt_completion
+from scratchlm.align.logprobs import completion_logprobs, pack_prompt_completion
 from scratchlm.align.ppo import (ValueModel, completion_values, gae, ppo_policy_loss, ppo_rewards, ppo_value_loss,
                                  whiten)
 from scratchlm.align.rollout import Rollout, per_token_over_rows, sample_rollouts, score_rollout
+from scratchlm.align.surrogate import aggregate_loss
 from scratchlm.align.trainer_common import OptimConfig, Stepper, frozen_copy, index_batches
 from scratchlm.data.align_data import RLPrompt
 from scratchlm.model import TransformerLM
@@ -93,7 +94,7 @@ def ppo_update(model, critic, rollout: Rollout, t: dict[str, torch.Tensor], cfg:
                                     dual_clip=cfg.dual_clip, agg="token-mean")
             values = completion_values(critic, prompts, completions)
             vl = ppo_value_loss(values, pick["values"], pick["returns"], mask, cfg.clip_range_value)
-            entropy = masked_mean(ent, mask)
+            entropy = aggregate_loss(ent, mask, "token-mean")
             (pg + cfg.vf_coef * vl - cfg.entropy_coef * entropy).backward()
             last = {"policy_loss": float(pg.detach()), "value_loss": float(vl.detach()), **m,
                     "entropy": float(entropy.detach()), "grad_norm": stepper.step()}

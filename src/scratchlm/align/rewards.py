@@ -7,12 +7,19 @@ is decoded without its end token.
     contains       1 if answer occurs in the completion else 0
     regex_match    1 if re.fullmatch(pattern, completion.strip()) else 0
     plus_minus     exact_match mapped to +1 / -1 (DAPO's rule-based reward)
+    math           1 if the extracted final answer (\\boxed{}, ####, "the answer is", <answer>, last number)
+                   equals `answer` as math (graders/math_answer.py: fractions, decimals, %, commas...)
+    think_format   1 if the completion is `<think>...</think> <answer>...</answer>` (graders/think_format.py)
+    think_math     1 if well formed AND the <answer> content equals `answer` as math (R1-Zero's reward)
+    multiple_choice 1 if the option letter the completion commits to is `answer` ("B" or an index)
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any, Callable
+
+from scratchlm.align.graders import choice_reward, extract_math_answer, format_reward, math_equal, think_answer
 
 RewardFn = Callable[[str, dict[str, Any]], float]
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -46,12 +53,37 @@ def plus_minus(completion: str, fields: dict[str, Any]) -> float:
     return 2.0 * exact_match(completion, fields) - 1.0
 
 
+def math(completion: str, fields: dict[str, Any]) -> float:
+    return float(math_equal(extract_math_answer(completion), _field(fields, "answer", "math")))
+
+
+def think_format(completion: str, fields: dict[str, Any]) -> float:
+    return format_reward(completion)
+
+
+def think_math(completion: str, fields: dict[str, Any]) -> float:
+    answer = _field(fields, "answer", "think_math")
+    inner = think_answer(completion)
+    return float(inner is not None and math_equal(extract_math_answer(inner), answer))
+
+
+def multiple_choice(completion: str, fields: dict[str, Any]) -> float:
+    if "answer" not in fields:
+        raise ValueError(f"reward 'multiple_choice' needs the field 'answer' on each prompt line, got fields "
+                         f"{sorted(fields)}")
+    return choice_reward(completion, fields["answer"])
+
+
 REWARDS: dict[str, RewardFn] = {
     "exact_match": exact_match,
     "numeric_match": numeric_match,
     "contains": contains,
     "regex_match": regex_match,
     "plus_minus": plus_minus,
+    "math": math,
+    "think_format": think_format,
+    "think_math": think_math,
+    "multiple_choice": multiple_choice,
 }
 
 

@@ -8,6 +8,11 @@ Normalisation (stated, spec §8): the mean over every counted token of the batch
 which is F.cross_entropy(ignore_index) on one batch. Pass num_tokens (the count over all
 micro-batches of one optimizer step) so gradient accumulation gives the same gradient as one big batch.
 
+Tensor-level form for any causal LM (`sft_microbatch_train_step`, masked-sum convention, spec §8):
+    loss = -sum_{b,t} M_{b,t} logp_{b,t} / normalize_constant / gradient_accumulation_steps
+With normalize_constant = the response-token count of the whole accumulated batch and
+gradient_accumulation_steps = 1 it equals sft_loss's token mean over that batch.
+
 Packing concatenates examples into rows of exactly seq_len tokens; attention is NOT blocked at
 example boundaries (later examples can see earlier ones, as in pretraining), positions run on.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from scratchlm.align.logprobs import masked_normalize
 from scratchlm.train.losses import cross_entropy
 
 IGNORE = -100
@@ -33,6 +39,17 @@ def sft_loss(logits: torch.Tensor, ids: torch.Tensor, loss_mask: torch.Tensor,
     total = cross_entropy(logits[:, :-1], labels, ignore_index=IGNORE, reduction="sum")
     n = float((labels != IGNORE).sum()) if num_tokens is None else float(num_tokens)
     return total / max(n, 1.0)
+
+
+def sft_microbatch_train_step(policy_log_probs: torch.Tensor, response_mask: torch.Tensor,
+                              gradient_accumulation_steps: int = 1, normalize_constant: float = 1.0,
+                              ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The masked-sum SFT loss of one micro-batch (module docstring); calls backward(). (B, T) inputs."""
+    if gradient_accumulation_steps < 1:
+        raise ValueError(f"gradient_accumulation_steps must be >= 1, got {gradient_accumulation_steps}")
+    loss = -masked_normalize(policy_log_probs, response_mask, normalize_constant) / gradient_accumulation_steps
+    loss.backward()
+    return loss.detach(), {"tokens": response_mask.bool().sum()}
 
 
 def pad_examples(examples: list[tuple[list[int], list[int]]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,8 +1,9 @@
 """Flags and helpers shared by `scratchlm sft|dpo|ppo|grpo`: load the policy, build OptimConfig, save the run.
 
-Every command reads a model dir (config.json + model.safetensors + tokenizer files), trains a copy
-in place, writes OUT (same layout, loadable by `scratchlm generate --checkpoint OUT`) plus
-align_config.json and align_history.jsonl, and prints one JSON summary line.
+Every command reads a model (--checkpoint: a scratchlm checkpoint dir, an HF model dir or a .gguf file,
+through scratchlm.loading), trains a copy in place, writes OUT as a scratchlm checkpoint (loadable by
+`scratchlm generate --checkpoint OUT`; the model's tokenizer, chat template and end-of-reply tokens travel
+with it) plus align_config.json and align_history.jsonl, and prints one JSON summary line.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from typing import Any
 import torch
 
 from scratchlm.align.trainer_common import OptimConfig, save_run
-from scratchlm.checkpoint import load_model
+from scratchlm.loading import load_pretrained, write_model_extras
 from scratchlm.model import TransformerLM
 from scratchlm.train.distributed import pick_device
 from scratchlm.train.schedule import SCHEDULES
 
 
 def add_common_args(p: argparse.ArgumentParser, data_help: str, lr: float, steps: int, schedule: str) -> None:
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="starting model dir (with tokenizer files)")
+    p.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="starting model: a scratchlm checkpoint dir, an HF model dir or a .gguf file")
     p.add_argument("--data", required=True, metavar="FILE.jsonl", help=data_help)
     p.add_argument("--out", required=True, metavar="DIR", help="where the trained model is written")
     p.add_argument("--steps", type=int, default=steps, help="optimizer steps (RL: rollout steps)")
@@ -51,14 +53,15 @@ def optim_from_args(args: argparse.Namespace) -> OptimConfig:
 
 
 def load_policy(args: argparse.Namespace) -> tuple[TransformerLM, Any]:
-    """(model in train mode, tokenizer) from --checkpoint; sets --threads and the seed."""
-    from scratchlm.tokenizer import Tokenizer
+    """(model in train mode, tokenizer) from --checkpoint; sets --threads and the seed.
 
+    The whole LoadedModel is kept as args.loaded so `finish` writes its chat template and stop tokens."""
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = load_model(args.checkpoint).to(pick_device(args.device)).train()
-    return model, Tokenizer.load(args.checkpoint)
+    args.loaded = load_pretrained(args.checkpoint, keep_quantized=False)  # fine-tuning outdates ggml blocks
+    model = args.loaded.model.to(pick_device(args.device)).train()
+    return model, args.loaded.tokenizer
 
 
 def reward_summary(history: list[dict[str, Any]]) -> dict[str, float]:
@@ -74,5 +77,7 @@ def finish(model: TransformerLM, tok: Any, args: argparse.Namespace, cfg: Any, h
     config = {"command": args.command, "checkpoint": str(args.checkpoint), "data": str(args.data),
               "config": dataclasses.asdict(cfg)}
     out = save_run(model, Path(args.out), tok, config, history)
+    if getattr(args, "loaded", None) is not None:
+        write_model_extras(args.loaded, out)
     print(json.dumps({"out": str(out), "steps": len(history), **summary}))
     return 0

@@ -35,16 +35,18 @@ def fit_history(tokenizer: Any, messages: list[dict], room: int) -> tuple[list[i
         dropped += 1
 
 
-def chat_turn(model, tokenizer, messages: list[dict], args: argparse.Namespace, kw: dict[str, Any]) -> str:
+def chat_turn(loaded, messages: list[dict], args: argparse.Namespace, kw: dict[str, Any]) -> str:
     """Stream one assistant reply to the conversation and return its text."""
+    model, tokenizer = loaded.model, loaded.tokenizer
     ids, dropped = fit_history(tokenizer, messages, model.config.max_seq_len - args.max_new_tokens)
     if dropped:
         print(f"[context full: dropped the {dropped} oldest message(s)]", file=sys.stderr)
-    return write_stream(stream_generate(model, tokenizer, ids, args.max_new_tokens, **kw))
+    return write_stream(stream_generate(model, tokenizer, ids, args.max_new_tokens,
+                                        stop_token_ids=loaded.stop_token_ids, **kw))
 
 
 def run_chat(args: argparse.Namespace) -> int:
-    model, tokenizer = load_for_generation(args)
+    loaded = load_for_generation(args)
     kw = sampling_kwargs(args)
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(system)
@@ -67,7 +69,7 @@ def run_chat(args: argparse.Namespace) -> int:
         if tty:
             sys.stdout.write("assistant> ")
         try:
-            reply = chat_turn(model, tokenizer, messages, args, kw)
+            reply = chat_turn(loaded, messages, args, kw)
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             messages.pop()

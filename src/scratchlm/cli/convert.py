@@ -13,8 +13,10 @@ from pathlib import Path
 import torch
 
 from scratchlm.checkpoint import load_model, save_model
+from scratchlm.cli.outputs import add_output_arg
 from scratchlm.interop.pretrained import from_pretrained, save_pretrained
 from scratchlm.interop.tokenizer_files import tokenizer_from_hf, tokenizer_to_hf
+from scratchlm.io_utils import atomic_output_dir
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -29,18 +31,20 @@ def _check_dirs(src: str, out: str) -> tuple[Path, Path]:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    """Convert one way or the other and print what was written."""
+    """Convert one way or the other and print what was written (OUT is swapped in atomically)."""
     if args.from_hf:
         src, out = _check_dirs(args.from_hf, args.out)
         model = from_pretrained(src, progress=True)
-        save_model(model, out)
-        extra = tokenizer_from_hf(src, out)
+        with atomic_output_dir(out, args.overwrite) as tmp:
+            save_model(model, tmp)
+            extra = tokenizer_from_hf(src, tmp)
     else:
         src, out = _check_dirs(args.to_hf, args.out)
         model = load_model(src)
         dtype = getattr(torch, args.dtype) if args.dtype else None
-        save_pretrained(model, out, max_shard_size=args.max_shard_size, dtype=dtype, progress=True)
-        extra = tokenizer_to_hf(src, out)
+        with atomic_output_dir(out, args.overwrite) as tmp:
+            save_pretrained(model, tmp, max_shard_size=args.max_shard_size, dtype=dtype, progress=True)
+            extra = tokenizer_to_hf(src, tmp)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"wrote {out} ({n_params:,} parameters; tokenizer: {', '.join(extra) if extra else 'none found'})")
     return 0
@@ -51,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     way = p.add_mutually_exclusive_group(required=True)
     way.add_argument("--from-hf", metavar="DIR", help="HF directory (Llama, Qwen2, Qwen3, GPT-2) to import")
     way.add_argument("--to-hf", metavar="DIR", help="scratchlm checkpoint directory to export")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    add_output_arg(p, "--out", kind="dir", required=True, metavar="DIR",
+                   help="output directory (written as one atomic swap; must be new or empty unless --overwrite)")
     p.add_argument("--max-shard-size", default="5GB", help="--to-hf: shard above this size (e.g. 500MB)")
     p.add_argument("--dtype", choices=DTYPES, default=None, help="--to-hf: cast weights (default: as stored)")
     p.set_defaults(func=run_convert)

@@ -2,8 +2,9 @@
 
     scratchlm generate --checkpoint runs/tiny --prompt "Once upon a time" --max-new-tokens 100 \
         --temperature 0.8 --top-p 0.95 --seed 0
-The checkpoint directory holds config.json + model.safetensors + the tokenizer files. Sampling flags
-map one-to-one onto scratchlm.generate.SamplingParams; the shared flag helpers live here (chat uses them).
+--checkpoint names a scratchlm checkpoint dir, an HF model dir or a .gguf file (scratchlm.loading); the
+model's own tokenizer and end-of-reply tokens are used. Sampling flags map one-to-one onto
+scratchlm.generate.SamplingParams; the shared flag helpers live here (chat uses them).
 """
 
 from __future__ import annotations
@@ -14,18 +15,18 @@ from typing import Any
 
 import torch
 
-from scratchlm.checkpoint import load_model
 from scratchlm.generate.decode_step import DECODE_MODES
 from scratchlm.generate.sampling import SamplingParams
 from scratchlm.generate.streaming import stream_generate
-from scratchlm.model import TransformerLM
+from scratchlm.loading import LoadedModel, load_pretrained
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="model dir (config.json, model.safetensors, tokenizer)")
-    p.add_argument("--tokenizer", metavar="DIR", help="tokenizer dir (default: the checkpoint dir)")
+    p.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="model: a scratchlm checkpoint dir, an HF model dir or a .gguf file")
+    p.add_argument("--tokenizer", metavar="DIR", help="tokenizer dir (default: the model's own)")
     p.add_argument("--attn", choices=["reference", "sdpa"], default="sdpa", help="attention implementation")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights/activations dtype")
     p.add_argument("--decode", choices=DECODE_MODES, default="fast",
@@ -56,18 +57,9 @@ def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {**fields, "seed": args.seed, "stop_strings": args.stop, "decode": args.decode}
 
 
-def load_for_generation(args: argparse.Namespace) -> tuple[TransformerLM, Any]:
-    """(model in eval mode, tokenizer) from --checkpoint / --tokenizer / --attn / --dtype."""
-    from scratchlm.tokenizer import Tokenizer
-
-    model = load_model(args.checkpoint, attn_impl=args.attn).eval().to(DTYPES[args.dtype])
-    tokenizer = Tokenizer.load(args.tokenizer or args.checkpoint)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(
-            f"tokenizer vocab_size {tokenizer.vocab_size} > model vocab_size {model.config.vocab_size}; "
-            "pass the tokenizer the model was trained with (--tokenizer DIR)"
-        )
-    return model, tokenizer
+def load_for_generation(args: argparse.Namespace) -> LoadedModel:
+    """The model (eval mode) with its tokenizer and stop tokens from --checkpoint / --tokenizer / --attn / --dtype."""
+    return load_pretrained(args.checkpoint, tokenizer=args.tokenizer, dtype=DTYPES[args.dtype], attn_impl=args.attn)
 
 
 def write_stream(deltas) -> str:
@@ -81,11 +73,12 @@ def write_stream(deltas) -> str:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    model, tokenizer = load_for_generation(args)
-    prompt = tokenizer.encode(args.prompt)
+    loaded = load_for_generation(args)
+    prompt = loaded.tokenizer.encode(args.prompt)
     if not prompt:
         raise ValueError("--prompt encodes to no tokens; give some text")
-    write_stream(stream_generate(model, tokenizer, prompt, args.max_new_tokens, **sampling_kwargs(args)))
+    write_stream(stream_generate(loaded.model, loaded.tokenizer, prompt, args.max_new_tokens,
+                                 stop_token_ids=loaded.stop_token_ids, **sampling_kwargs(args)))
     sys.stdout.write("\n")
     return 0
 

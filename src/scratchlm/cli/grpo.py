@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from scratchlm.align.grpo import GRPO_PRESETS, IMPORTANCE_LEVELS, SCALE_REWARDS, GRPOLossConfig, preset
+from scratchlm.align.grpo import GRPO_PRESETS, IMPORTANCE_LEVELS, PG_LOSS_TYPES, SCALE_REWARDS, GRPOLossConfig, preset
 from scratchlm.align.grpo_trainer import GRPOTrainConfig, train_grpo
 from scratchlm.align.kl import KL_ESTIMATORS
 from scratchlm.align.surrogate import LOSS_AGGREGATIONS
@@ -58,6 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--group-size", type=int, default=8, help="completions per prompt G")
     p.add_argument("--num-iterations", type=int, default=1, help="policy updates per rollout batch (mu)")
     p.add_argument("--max-refill-rounds", type=int, default=8, help="DAPO dynamic sampling: max sampling rounds")
+    p.add_argument("--pg-loss", choices=PG_LOSS_TYPES, default=None,
+                   help="policy-gradient term: REINFORCE (no_baseline), group-mean baseline, grpo, grpo_clip")
     p.add_argument("--scale-rewards", choices=SCALE_REWARDS, default=None, help="'none' = Dr. GRPO")
     p.add_argument("--std-eps", type=float, default=None)
     p.add_argument("--clip-low", type=float, default=None)

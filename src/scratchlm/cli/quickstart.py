@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from scratchlm.cli.outputs import add_output_arg
 from scratchlm.train.config import parse_cli_overrides
 from scratchlm.train.quickstart import quickstart
 
@@ -32,9 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "(Python stdlib sources + pydoc topics) or --data PATH; any TrainConfig field "
                                    "can be overridden as --key=value.")
     p.add_argument("--data", help="your own text: a .txt/.jsonl file or a directory of them")
-    p.add_argument("--out", default="runs/quickstart", help="output directory (default: runs/quickstart)")
+    add_output_arg(p, "--out", kind="dir", default="runs/quickstart",
+                   help="run directory (default: runs/quickstart); new or empty unless --overwrite")
     p.add_argument("--minutes", type=float, default=3.0, help="training time budget (default: 3)")
     p.add_argument("--vocab-size", type=int, default=2048, help="BPE vocabulary size (default: 2048)")
     p.add_argument("--max-bytes", type=int, default=4_000_000, help="cut the corpus at this many bytes")
-    p.add_argument("--overwrite", action="store_true", help="replace a previous run in --out")
     p.set_defaults(func=run_quickstart, accepts_overrides=True)

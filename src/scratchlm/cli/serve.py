@@ -49,11 +49,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "serve",
         help="serve a checkpoint over an OpenAI-compatible HTTP API (+ a chat page at /)",
-        description="Serve DIR (config.json + model.safetensors + tokenizer files) with /v1/models, "
+        description="Serve a model (a scratchlm checkpoint dir, an HF model dir or a .gguf file) with /v1/models, "
         "/v1/completions and /v1/chat/completions (streaming, batched), /tokenize, /health and /metrics. "
         "Binds 127.0.0.1 unless --host says otherwise.",
     )
-    p.add_argument("--checkpoint", required=True, help="model directory with its tokenizer")
+    p.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="model: a scratchlm checkpoint dir, an HF model dir or a .gguf file")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free port)")
     p.add_argument("--api-key", default=None,

@@ -10,7 +10,9 @@ from typing import Iterator
 
 from tqdm import tqdm
 
+from scratchlm.cli.outputs import add_output_arg
 from scratchlm.data.token_file import write_token_file
+from scratchlm.io_utils import atomic_output_dir
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 from scratchlm.tokenizer.hf_json import save_hf_tokenizer_json
 from scratchlm.tokenizer.streaming import encode_stream_chunks
@@ -49,9 +51,10 @@ def run_train(args: argparse.Namespace) -> int:
         args.input, args.vocab_size, specials, num_workers=args.workers, errors=args.errors, progress=True
     )
     tok = Tokenizer(vocab, merges, specials)
-    tok.save(args.out)
-    if args.hf_json:
-        save_hf_tokenizer_json(tok, Path(args.out) / "tokenizer.json")
+    with atomic_output_dir(args.out, args.overwrite) as tmp:  # --out was checked before training (cli.main)
+        tok.save(tmp)
+        if args.hf_json:
+            save_hf_tokenizer_json(tok, tmp / "tokenizer.json")
     report = {"out": str(args.out), "vocab_size": tok.vocab_size, "merges": len(merges),
               "special_tokens": tok.special_token_ids, "seconds": round(time.perf_counter() - t0, 2)}
     print(json.dumps(report))
@@ -66,7 +69,7 @@ def run_encode(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc="encode") as bar:
         blocks = read_text_blocks(path, args.errors, bar)
-        n = write_token_file(args.out, encode_stream_chunks(tok, blocks), tok.vocab_size)
+        n = write_token_file(args.out, encode_stream_chunks(tok, blocks), tok.vocab_size, overwrite=args.overwrite)
     dt = time.perf_counter() - t0
     print(json.dumps({"out": str(args.out), "tokens": n, "vocab_size": tok.vocab_size, "seconds": round(dt, 2),
                       "mb_per_s": round(path.stat().st_size / 1e6 / max(dt, 1e-9), 2)}))
@@ -81,7 +84,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--vocab-size", type=int, required=True, help="256 bytes + specials + merges")
     t.add_argument("--special", action="append", default=None, metavar="TOKEN",
                    help=f"special token, repeatable (default: {' '.join(DEFAULT_SPECIAL_TOKENS)})")
-    t.add_argument("--out", required=True, metavar="DIR", help="directory for the tokenizer files")
+    add_output_arg(t, "--out", kind="dir", required=True, metavar="DIR",
+                   help="directory for the tokenizer files (new or empty unless --overwrite; checked before training)")
     t.add_argument("--workers", type=int, default=None, help="pre-tokenization processes (default: all cores)")
     t.add_argument("--errors", choices=("strict", "replace"), default="strict", help="invalid UTF-8: fail or U+FFFD")
     t.add_argument("--hf-json", action="store_true", help="also write DIR/tokenizer.json for HF tokenizers")
@@ -89,7 +93,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e = tsub.add_parser("encode", help="encode a text file into a uint16/uint32 token file (+ .json sidecar)")
     e.add_argument("--tokenizer", required=True, metavar="DIR", help="tokenizer (or model) directory")
     e.add_argument("--input", required=True, metavar="FILE", help="UTF-8 text file")
-    e.add_argument("--out", required=True, metavar="FILE.bin", help="token file to write (atomically)")
+    add_output_arg(e, "--out", kind="file", companions=(".json",), required=True, metavar="FILE.bin",
+                   help="token file to write atomically, + FILE.bin.json (new unless --overwrite)")
     e.add_argument("--impl", choices=("reference", "tiktoken"), default="reference", help="encoder (same ids)")
     e.add_argument("--errors", choices=("strict", "replace"), default="strict", help="invalid UTF-8: fail or U+FFFD")
     e.set_defaults(func=run_encode)

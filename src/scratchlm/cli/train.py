@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scratchlm.cli.outputs import add_overwrite_arg
 from scratchlm.train.config import TrainConfig, parse_cli_overrides
 from scratchlm.train.loop import train
 from scratchlm.train.presets import TRAIN_PRESETS, get_train_preset
@@ -38,7 +39,7 @@ def build_config(config: str | None, preset: str | None, overrides: list[str], r
 
 def run_train(args: argparse.Namespace) -> int:
     cfg = build_config(args.config, args.preset, args.overrides, args.resume)
-    result = train(cfg, resume=args.resume)
+    result = train(cfg, resume=args.resume, overwrite=args.overwrite)
     if result.checkpoint is not None:
         val = f"{result.val_loss:.4f}" if result.val_loss is not None else "n/a"
         print(f"step {result.step}: val loss {val}; checkpoint {result.checkpoint}; "
@@ -55,4 +56,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="JSON file of TrainConfig fields")
     p.add_argument("--preset", help=f"training preset: {', '.join(sorted(TRAIN_PRESETS))}")
     p.add_argument("--resume", action="store_true", help="continue exactly from OUT_DIR/checkpoint")
+    add_overwrite_arg(p, help="replace what out_dir holds (moved aside, deleted once the new run succeeds); "
+                             "default: a fresh run refuses a non-empty out_dir")
     p.set_defaults(func=run_train, accepts_overrides=True)

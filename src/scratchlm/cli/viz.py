@@ -13,12 +13,14 @@ from pathlib import Path
 
 import torch
 
+from scratchlm.cli.outputs import add_output_arg
+
 
 def _load(checkpoint: str):
-    from scratchlm.checkpoint import load_model
-    from scratchlm.tokenizer import Tokenizer
+    from scratchlm.loading import load_pretrained
 
-    return load_model(checkpoint).eval(), Tokenizer.load(checkpoint)
+    loaded = load_pretrained(checkpoint, keep_quantized=False)
+    return loaded.model, loaded.tokenizer
 
 
 def _prompt_ids(tok, prompt: str, max_len: int) -> torch.Tensor:
@@ -91,17 +93,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--head-dim", type=int, default=128)
     r.add_argument("--base", type=float, default=10000.0)
     r.add_argument("--max-distance", type=int, default=256)
-    r.add_argument("--out", default="rope_decay.png")
+    add_output_arg(r, "--out", kind="file", default="rope_decay.png", help="PNG to write (new unless --overwrite)")
     r.set_defaults(func=run_rope)
     a = vsub.add_parser("attention", help="attention heat-maps of a trained model for a prompt")
     a.add_argument("--checkpoint", required=True, metavar="DIR")
     a.add_argument("--prompt", required=True)
     a.add_argument("--layer", type=int, default=None, help="one layer only (default: all)")
-    a.add_argument("--out", default="attention.png")
+    add_output_arg(a, "--out", kind="file", default="attention.png", help="PNG to write (new unless --overwrite)")
     a.set_defaults(func=run_attention)
     lo = vsub.add_parser("loss", help="loss curves from a training metrics JSONL file")
     lo.add_argument("--metrics", required=True, metavar="FILE")
-    lo.add_argument("--out", default="loss.png")
+    add_output_arg(lo, "--out", kind="file", default="loss.png", help="PNG to write (new unless --overwrite)")
     lo.set_defaults(func=run_loss)
     s = vsub.add_parser("sampling", help="next-token distribution before/after top-k, top-p, min-p")
     s.add_argument("--checkpoint", required=True, metavar="DIR")
@@ -111,5 +113,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--top-p", type=float, default=0.9)
     s.add_argument("--min-p", type=float, default=0.05)
     s.add_argument("--n-show", type=int, default=20)
-    s.add_argument("--out", default="sampling.png")
+    add_output_arg(s, "--out", kind="file", default="sampling.png", help="PNG to write (new unless --overwrite)")
     s.set_defaults(func=run_sampling)

@@ -14,7 +14,9 @@ from typing import Iterable
 
 import numpy as np
 
-from scratchlm.io_utils import atomic_write, atomic_write_text
+from scratchlm.io_utils import atomic_write, atomic_write_text, check_output_path, read_json_object
+
+TOKEN_DTYPES = ("uint16", "uint32")
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -30,9 +32,15 @@ def meta_path(path: str | Path) -> Path:
     return Path(str(path) + ".json")
 
 
-def write_token_file(path: str | Path, chunks: Iterable[Iterable[int]], vocab_size: int) -> int:
-    """Stream chunks of ids to `path` atomically; returns the number of tokens written."""
+def write_token_file(path: str | Path, chunks: Iterable[Iterable[int]], vocab_size: int,
+                     overwrite: bool = True) -> int:
+    """Stream chunks of ids to `path` atomically; returns the number of tokens written.
+
+    overwrite=False refuses an existing FILE or FILE.json (the CLI's rule; scratchlm.io_utils)."""
     dtype = token_dtype(vocab_size)
+    if not overwrite:
+        check_output_path(path, "file", False)
+        check_output_path(meta_path(path), "file", False)
     n = 0
     with atomic_write(path, "wb") as f:
         for chunk in chunks:
@@ -50,10 +58,12 @@ def read_token_meta(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"token file {path} does not exist; create it with `scratchlm tokenizer encode`")
+    if path.is_dir():
+        raise IsADirectoryError(f"token file {path} is a directory; give the FILE.bin written by `scratchlm tokenizer encode`")
     mp = meta_path(path)
     if not mp.exists():
         raise FileNotFoundError(f"token file {path} has no metadata {mp}; re-create it with `scratchlm tokenizer encode`")
-    meta = json.loads(mp.read_text())
+    meta = _check_meta(read_json_object(mp, f"token file {path} has no metadata {mp}"), mp)
     itemsize = np.dtype(meta["dtype"]).itemsize
     size = path.stat().st_size
     if size != meta["n_tokens"] * itemsize:
@@ -61,6 +71,26 @@ def read_token_meta(path: str | Path) -> dict:
             f"token file {path} has {size} bytes but its metadata says {meta['n_tokens']} x {meta['dtype']} "
             f"= {meta['n_tokens'] * itemsize} bytes (truncated or overwritten?)"
         )
+    return meta
+
+
+def _check_meta(meta: dict, mp: Path) -> dict:
+    """The sidecar's fields, each checked: dtype uint16/uint32 wide enough for vocab_size, counts >= 0."""
+    fix = "re-create it with `scratchlm tokenizer encode`"
+    for key in ("dtype", "n_tokens", "vocab_size"):
+        if key not in meta:
+            raise ValueError(f"token file metadata {mp} has no {key!r} field; {fix}")
+    for key in ("n_tokens", "vocab_size"):
+        v = meta[key]
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if key == "n_tokens" else 1):
+            raise ValueError(f"token file metadata {mp}: {key} must be a {'non-negative' if key == 'n_tokens' else 'positive'} "
+                             f"integer, got {v!r}; {fix}")
+    if meta["dtype"] not in TOKEN_DTYPES:
+        raise ValueError(f"token file metadata {mp}: dtype {meta['dtype']!r} is not a token id type "
+                         f"(valid: {', '.join(TOKEN_DTYPES)}); {fix}")
+    if meta["vocab_size"] > np.iinfo(np.dtype(meta["dtype"])).max + 1:
+        raise ValueError(f"token file metadata {mp}: vocab_size {meta['vocab_size']} does not fit dtype "
+                         f"{meta['dtype']}; {fix}")
     return meta
 
 

@@ -26,6 +26,36 @@ from scratchlm.nn.softmax import softmax
 ATTN_IMPLS = ("reference", "sdpa")
 
 
+def check_attention_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           mask: torch.Tensor | None = None) -> tuple[torch.Size, int, int]:
+    """Validate q (..., H, T, Hd), k (..., KvH, S, Hd), v (..., KvH, S, Hd_v) (or 2-D (T, Hd), (S, Hd));
+    return (leading batch dims, H, KvH). Leading dims must be equal; H a multiple of KvH (GQA)."""
+    expected = "q (..., H, T, Hd), k (..., KvH, S, Hd), v (..., KvH, S, Hd_v) or 2-D (T, Hd), (S, Hd), (S, Hd_v)"
+    shapes = f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    if q.dim() < 2 or k.dim() != q.dim() or v.dim() != q.dim():
+        raise ValueError(f"attention expects {expected} with the same number of dims; {shapes}")
+    if q.shape[-1] != k.shape[-1] or k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"attention expects q and k to share Hd and k and v to share (..., KvH, S); {shapes}")
+    if q.dim() == 2:
+        lead, h, kvh = torch.Size(), 1, 1
+    else:
+        lead, h, kvh = q.shape[:-3], q.shape[-3], k.shape[-3]
+        if q.shape[:-3] != k.shape[:-3] or h % kvh:
+            raise ValueError(f"attention expects equal leading dims and query heads H a multiple of kv heads "
+                             f"KvH ({expected}); {shapes}")
+    if mask is not None:
+        full = (*q.shape[:-1], k.shape[-2])  # (..., H, T, S)
+        if mask.dtype != torch.bool:
+            raise ValueError(f"attention masks are boolean (True = may attend), got dtype {mask.dtype}")
+        try:
+            if torch.broadcast_shapes(mask.shape, full) != torch.Size(full):
+                raise RuntimeError
+        except RuntimeError:
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' (..., H, T, S) "
+                             f"= {full}") from None
+    return lead, h, kvh
+
+
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -34,22 +64,22 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Reference attention. q (B, H, T, Hd); k, v (B, KvH, S, Hd); mask bool broadcastable to (B, H, T, S)."""
-    b, h, t, hd = q.shape
-    kvh, s = k.shape[1], k.shape[2]
-    if h % kvh:
-        raise ValueError(f"query heads {h} must be a multiple of kv heads {kvh}")
+    """Reference attention. q (..., H, T, Hd); k, v (..., KvH, S, Hd); any number of leading batch dims
+    (also 2-D (T, Hd)); mask bool broadcastable to (..., H, T, S). See check_attention_shapes."""
+    lead, h, kvh = check_attention_shapes(q, k, v, mask)
+    t, hd, s = q.shape[-2], q.shape[-1], k.shape[-2]
     g = h // kvh
     scale = 1.0 / math.sqrt(hd) if scale is None else scale
-    qg = q.reshape(b, kvh, g, t, hd)  # (B, KvH, G, T, Hd): group the query heads sharing a kv head
-    scores = (qg @ k[:, :, None].transpose(-2, -1)) * scale  # (B, KvH, G, T, S)
+    qg = q.reshape(*lead, kvh, g, t, hd)  # (..., KvH, G, T, Hd): group the query heads sharing a kv head
+    kg, vg = k.reshape(*lead, kvh, 1, s, hd), v.reshape(*lead, kvh, 1, s, v.shape[-1])  # (..., KvH, 1, S, Hd)
+    scores = (qg @ kg.transpose(-2, -1)) * scale  # (..., KvH, G, T, S)
     if is_causal:
         mask = combine_masks(mask, causal_mask(t, s, start=s - t, device=q.device))
     if mask is not None:
-        mask = mask.expand(b, h, t, s).reshape(b, kvh, g, t, s)
+        mask = mask.expand(*q.shape[:-1], s).reshape(*lead, kvh, g, t, s)
     probs = softmax(scores.float(), dim=-1, mask=mask).to(q.dtype)
-    out = probs @ v[:, :, None]  # (B, KvH, G, T, Hd)
-    return out.reshape(b, h, t, hd)
+    out = probs @ vg  # (..., KvH, G, T, Hd_v)
+    return out.reshape(*q.shape[:-1], v.shape[-1])
 
 
 def sdpa_attention(
@@ -60,9 +90,10 @@ def sdpa_attention(
     is_causal: bool = False,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Fast path: torch's fused F.scaled_dot_product_attention, same contract as the reference."""
-    gqa = q.shape[1] != k.shape[1]
-    t, s = q.shape[2], k.shape[2]
+    """Fast path: torch's fused F.scaled_dot_product_attention, same contract (and shapes) as the reference."""
+    _, h, kvh = check_attention_shapes(q, k, v, mask)
+    gqa = h != kvh
+    t, s = q.shape[-2], k.shape[-2]
     if mask is None and (not is_causal or t == s):
         return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=gqa)
     if is_causal:  # torch's is_causal aligns top-left when t != s; ours is bottom-right (queries are last)
@@ -71,6 +102,17 @@ def sdpa_attention(
     safe = mask | ~live  # let dead rows attend everything (finite), then zero them below
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe, scale=scale, enable_gqa=gqa)
     return out * live.to(out.dtype)
+
+
+def check_attention_input(x: torch.Tensor, d_model: int, positions: torch.Tensor | None) -> tuple[int, int]:
+    """(B, T) of the module input x (B, T, D); ValueError naming the expected shapes otherwise."""
+    if x.dim() != 3 or x.shape[-1] != d_model:
+        raise ValueError(f"Attention expects x of shape (B, T, D={d_model}), got {tuple(x.shape)}")
+    b, t = x.shape[0], x.shape[1]
+    if positions is not None and tuple(positions.shape) not in ((t,), (b, t)):
+        raise ValueError(f"positions must have shape (T,) = ({t},) or (B, T) = ({b}, {t}), "
+                         f"got {tuple(positions.shape)}")
+    return b, t
 
 
 class Attention(nn.Module):
@@ -114,7 +156,7 @@ class Attention(nn.Module):
         self, x: torch.Tensor, positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (B, T, D) -> q (B, H, T, Hd), k, v (B, KvH, T, Hd): split heads, QK-norm, then RoPE per head."""
-        b, t, _ = x.shape
+        b, t = check_attention_input(x, self.q_proj.in_features, positions)
         q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Hd)
         k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, KvH, T, Hd)
         v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, KvH, T, Hd)
@@ -141,7 +183,7 @@ class Attention(nn.Module):
         (B, H, T, S), True = attend; is_causal adds the causal constraint; kv_cache: when given, the new
         K/V are written at the cache's next slots and attention runs over all filled slots.
         """
-        b, t, _ = x.shape
+        b, t = check_attention_input(x, self.q_proj.in_features, positions)
         q, k, v = self.project_qkv(x, positions)
         if kv_cache is not None:
             k, v = kv_cache.update(layer_idx, k, v)  # (B, KvH, S, Hd)

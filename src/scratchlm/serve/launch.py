@@ -21,12 +21,11 @@ from pathlib import Path
 import torch
 import uvicorn
 
-from scratchlm.checkpoint import load_model
+from scratchlm.loading import load_pretrained
 from scratchlm.serve import API_KEY_ENV
 from scratchlm.serve.guards import LOOPBACK_HOSTS, is_loopback
 from scratchlm.serve.server import create_app
 from scratchlm.serve.state import ServeOptions, ServerState
-from scratchlm.tokenizer import Tokenizer
 
 FLUSH_GRACE_S = 3.0  # after the shutdown timeout: time for the error chunks to reach the clients
 
@@ -59,8 +58,10 @@ def check_device(device: str) -> None:
 
 
 def default_model_name(checkpoint: Path) -> str:
-    """The checkpoint directory's name; for a training run's OUT/checkpoint, the name of OUT."""
+    """The checkpoint directory's name (for a training run's OUT/checkpoint, the name of OUT); a .gguf file's stem."""
     path = checkpoint.resolve()
+    if path.is_file():
+        return path.name.removesuffix(".gguf")
     return path.parent.name if path.name == "checkpoint" and path.parent.name else path.name
 
 
@@ -109,22 +110,17 @@ def configure_logging(access_log: bool) -> None:
 def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
                device: str = "cpu", shutdown_timeout: float = 10.0, access_log: bool = True,
                options: ServeOptions | None = None) -> None:
-    """Serve the model in `checkpoint` (config.json + model.safetensors + tokenizer files) until stopped."""
+    """Serve the model at `checkpoint` (a scratchlm or HF model dir, or a .gguf file) until stopped."""
     options = options or ServeOptions()
     checkpoint = Path(checkpoint)
-    if not checkpoint.is_dir():
-        raise FileNotFoundError(f"checkpoint directory {checkpoint} does not exist")
     if shutdown_timeout < 0:
         raise ValueError(f"--shutdown-timeout {shutdown_timeout} must be >= 0 seconds")
     check_device(device)
-    model = load_model(checkpoint, map_location=device).eval()
-    tokenizer = Tokenizer.load(checkpoint)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(f"tokenizer in {checkpoint} has {tokenizer.vocab_size} tokens but the model only "
-                         f"{model.config.vocab_size}; the checkpoint's tokenizer and model do not belong together")
+    loaded = load_pretrained(checkpoint, device=device)
+    model, tokenizer = loaded.model, loaded.tokenizer
     name = model_name or default_model_name(checkpoint)
     options.allowed_hosts = default_allowed_hosts(host, options.allowed_hosts)
-    app = create_app(model, tokenizer, name, options)
+    app = create_app(model, tokenizer, name, options, stop_token_ids=loaded.stop_token_ids)
     sock = bind_socket(host, port)
     configure_logging(access_log)
     for warning in security_warnings(host, options.api_key):

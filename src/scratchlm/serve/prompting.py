@@ -57,6 +57,8 @@ class JobContext:
     context: int
     vocab_size: int
     structured: StructuredOutput
+    model_stops: list[int] | None = None  # the model's eos / end-of-turn ids, when it names them
+    chat_stops: list[int] | None = None
 
     def __post_init__(self) -> None:
         vocab = getattr(self.tokenizer, "vocab", None)
@@ -141,8 +143,11 @@ def completion_job(req: CompletionRequest, ctx: JobContext) -> JobSpec:
                        f"{MAX_CHOICES} per request; split the prompts over several requests", param="prompt")
     budgets = [token_budget(len(p), req.max_tokens, COMPLETION_DEFAULT_MAX_TOKENS, ctx.context, "max_tokens",
                             "prompt") for p in prompts]
-    eot = ctx.tokenizer.special_token_ids.get(EOT)
-    stop_ids = () if eot is None else (eot,)
+    if ctx.model_stops:
+        stop_ids = tuple(ctx.model_stops)
+    else:
+        eot = ctx.tokenizer.special_token_ids.get(EOT)
+        stop_ids = () if eot is None else (eot,)
     constraint = constraint_factory(ctx.structured.factory(req.response_format), budgets, "max_tokens")
     return JobSpec(prompts, budgets, req.n, sampling_params_of(req), stop_ids, req.stop_strings(), _seed(req),
                    req.logprobs, req.echo, constraint)
@@ -162,7 +167,7 @@ def chat_job(req: ChatRequest, ctx: JobContext) -> JobSpec:
     ids = render_messages(req.messages, ctx)
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     budget = token_budget(len(ids), req.token_limit, None, ctx.context, param, "messages")
-    stop_ids = tuple(default_stop_ids(ctx.tokenizer))
+    stop_ids = tuple(ctx.chat_stops if ctx.chat_stops is not None else default_stop_ids(ctx.tokenizer))
     constraint = constraint_factory(ctx.structured.factory(req.response_format), [budget], param)
     return JobSpec([ids], [budget], req.n, sampling_params_of(req), stop_ids, req.stop_strings(), _seed(req),
                    req.top_logprobs_n, False, constraint)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scratchlm.field_types import check_field_types
 from scratchlm.io_utils import read_json_object
 from scratchlm.train.losses import LOSS_IMPLS
 from scratchlm.train.optim import OPTIMIZER_IMPLS
@@ -78,6 +79,7 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        check_field_types(self)  # "--lr=fast", "--compile=maybe": a ValueError naming the field
         for name in POSITIVE_INTS:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:

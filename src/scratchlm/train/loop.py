@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from scratchlm.config import get_preset
-from scratchlm.io_utils import atomic_write_text
+from scratchlm.io_utils import atomic_write_text, check_output_path, claim_run_dir, release_replaced
 from scratchlm.model import TransformerLM
 from scratchlm.model_stats import model_stats
 from scratchlm.train import distributed as D
@@ -67,13 +67,19 @@ def build_model(cfg: TrainConfig, data_vocab: int) -> TransformerLM:
 class Trainer:
     """Holds the model, optimizer, data and state of one run; `run()` trains to the end."""
 
-    def __init__(self, cfg: TrainConfig, resume: bool = False) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: TrainConfig, resume: bool = False, overwrite: bool = False, claimed: bool = False) -> None:
+        """resume: continue OUT/checkpoint; overwrite: replace what out_dir holds (moved aside, deleted when
+        the run succeeds); claimed: the caller (quickstart) already made out_dir this run's own."""
+        if resume and overwrite:
+            raise ValueError("--resume continues the run in out_dir and --overwrite replaces it; pass only one")
+        self.cfg, self.overwrite, self.claimed, self.replaced = cfg, overwrite, claimed, None
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
+        self.out = Path(cfg.out_dir)
+        if not resume and not claimed:  # a bad out_dir fails before any data or model is loaded
+            self._check_fresh_out_dir()
         self.info = D.init_distributed(cfg.device)
         torch.manual_seed(cfg.seed)
-        self.out = Path(cfg.out_dir)
         self.data = DataSource(cfg.train_data, cfg.val_data, cfg.val_fraction, cfg.seq_len, cfg.sampler, cfg.seed)
         self.raw_model = build_model(cfg, self.data.vocab_size).to(self.info.device)
         self.model = D.wrap_model(self.raw_model, self.info, cfg.fsdp)  # FSDP swaps in sharded parameters
@@ -100,15 +106,34 @@ class Trainer:
             self.data.restore(state.data_position)
             self.metrics.truncate_after(state.step)
             return state
-        if ckpt is not None:
-            step = read_state_json(ckpt)["trainer"]["step"]
-            raise ValueError(f"{self.out} already holds a checkpoint at step {step}; pass --resume to continue it "
-                             "or choose another out_dir (nothing was overwritten)")
+        if not self.claimed:
+            self._claim_out_dir()
         if self.info.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
             self.metrics.truncate_after(-1)
             atomic_write_text(self.out / "train_config.json", json.dumps(self.cfg.to_dict(), indent=2) + "\n")
         return TrainerState(total_steps=self.cfg.max_steps)
+
+    def _check_fresh_out_dir(self) -> None:
+        """A fresh run needs a new or empty out_dir unless --overwrite (scratchlm.io_utils.check_output_path)."""
+        ckpt = find_checkpoint(self.out) if self.out.is_dir() else None
+        if ckpt is not None and not self.overwrite:
+            step = read_state_json(ckpt)["trainer"]["step"]
+            raise FileExistsError(f"out_dir {self.out} already holds a checkpoint at step {step}; pass --resume to "
+                                  "continue it, --overwrite to replace the run, or choose another out_dir "
+                                  "(nothing was changed)")
+        inside = [(k, v) for k in ("train_data", "val_data", "tokenizer_dir")
+                  if (v := getattr(self.cfg, k)) and self.out.resolve() in Path(v).resolve().parents]
+        if inside and self.overwrite:
+            raise ValueError(f"{inside[0][0]} {inside[0][1]} lies inside out_dir {self.out}, which --overwrite "
+                             "would delete; move it out or choose another out_dir")
+        check_output_path(self.out, "dir", self.overwrite, "out_dir")  # every rank fails alike
+
+    def _claim_out_dir(self) -> None:
+        """Make out_dir this run's own (claim_run_dir on rank 0: the previous contents moved aside)."""
+        D.barrier(self.info)
+        if self.info.is_main:
+            self.replaced = claim_run_dir(self.out, self.overwrite, "out_dir")
+        D.barrier(self.info)
 
     def lr(self, step: int) -> float:
         total = self.state.total_steps
@@ -275,10 +300,12 @@ class Trainer:
         return TrainResult(self.out, ckpt, self.state.step, loss, self.state.last_val_loss, self.metrics.path)
 
 
-def train(cfg: TrainConfig, resume: bool = False) -> TrainResult:
+def train(cfg: TrainConfig, resume: bool = False, overwrite: bool = False, claimed: bool = False) -> TrainResult:
     """Run (or resume) the training described by `cfg`; see Trainer."""
-    trainer = Trainer(cfg, resume=resume)
+    trainer = Trainer(cfg, resume=resume, overwrite=overwrite, claimed=claimed)
     try:
-        return trainer.run()
+        result = trainer.run()
+        release_replaced(trainer.replaced)
+        return result
     finally:
         D.shutdown(trainer.info)

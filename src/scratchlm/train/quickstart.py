@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,7 @@ from scratchlm.checkpoint import load_model
 from scratchlm.data.corpus import default_corpus, load_corpus
 from scratchlm.data.batches import train_val_split
 from scratchlm.data.token_file import open_token_file, write_token_file
-from scratchlm.io_utils import atomic_write_text
-from scratchlm.train.checkpoint import find_checkpoint
+from scratchlm.io_utils import atomic_write_text, claim_run_dir, release_replaced
 from scratchlm.train.loop import train
 from scratchlm.train.losses import bits_per_byte
 from scratchlm.train.presets import get_train_preset
@@ -86,15 +84,15 @@ def quickstart(
         raise ValueError(f"quickstart sets {clash} itself; use {', '.join(owned[k] for k in clash)} instead "
                          "(other TrainConfig fields can be overridden as --key=value)")
     out = Path(out_dir)
-    if find_checkpoint(out) is not None:
-        if not overwrite:
-            raise ValueError(f"{out} already holds a trained model; pass --overwrite to replace it or --out NEW_DIR")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if data is not None and not Path(data).exists():
+        raise FileNotFoundError(f"--data {data} does not exist; give a .txt/.jsonl file or a directory of them")
+    replaced = claim_run_dir(out, overwrite)  # refuses a non-empty --out unless overwrite (scratchlm.io_utils)
     vocab = build_tokens(out, data, max_bytes, vocab_size, progress)
     cfg = get_train_preset("quickstart", train_data=str(out / "tokens.bin"), tokenizer_dir=str(out / "tokenizer"),
                            out_dir=str(out), max_time_s=minutes * 60, progress=progress, **{"model.vocab_size": vocab},
                            **overrides)
-    result = train(cfg)
+    result = train(cfg, claimed=True)
     bpb = val_bits_per_byte(result.val_loss, out, cfg.val_fraction) if result.val_loss is not None else None
-    return QuickstartResult(out, result.checkpoint, result.val_loss, bpb, sample(result.checkpoint))
+    samples = sample(result.checkpoint)
+    release_replaced(replaced)
+    return QuickstartResult(out, result.checkpoint, result.val_loss, bpb, samples)

@@ -16,7 +16,8 @@ from scratchlm.align.kl import KL_ESTIMATORS
 from scratchlm.align.surrogate import LOSS_AGGREGATIONS
 from scratchlm.cli.align_common import (add_common_args, add_lora_args, add_rollout_args, checkpoint_options,
                                          finish, load_policy, optim_from_args, prepare_output, reward_summary)
-from scratchlm.data.align_data import load_rl_prompts_jsonl
+from scratchlm.data.align_data import encode_rl_prompts, load_rl_prompts_jsonl
+from scratchlm.data.chat_format import chat_format_of
 
 LOSS_FLAGS = {f.name for f in dataclasses.fields(GRPOLossConfig)}
 
@@ -32,7 +33,7 @@ def loss_config(args: argparse.Namespace) -> GRPOLossConfig:
 def run(args: argparse.Namespace) -> int:
     replaced = prepare_output(args)
     model, tok = load_policy(args)
-    examples = load_rl_prompts_jsonl(args.data, args.reward)
+    examples = encode_rl_prompts(tok, load_rl_prompts_jsonl(args.data, args.reward), chat_format_of(args.loaded))
     cfg = GRPOTrainConfig(
         steps=args.steps, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, num_iterations=args.num_iterations,

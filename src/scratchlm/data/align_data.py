@@ -1,13 +1,16 @@
 """Post-training datasets (JSONL, one object per line) and their tokenisation.
 
 chat:        {"messages": [{"role": "system"|"user"|"assistant", "content": str}, ...]}
-             -> ids + loss mask (1 on assistant tokens) via the ChatML template. At least one assistant turn.
+             -> ids + loss mask (1 on assistant tokens) via the chat template: the model's own when its
+             tokenizer has one (tok.chat_template), else scratchlm's ChatML. At least one assistant turn.
 preference:  {"prompt": str | messages, "chosen": str, "rejected": str}
 rl prompts:  {"prompt": str | messages, "reward": NAME, ...fields for the reward, e.g. "answer": "7"}
              ("reward" may be omitted when a default reward name is given).
 Prompt rule: a prompt given as a list of messages is rendered with the chat template plus the
-generation prompt, and completions end with <|im_end|>; a prompt given as a plain string is encoded
-as is (raw completion task) and completions end with <|endoftext|>.
+generation prompt, and completions end with the template's end-of-turn token (<|im_end|> in ChatML,
+<|eot_id|> for Llama-3, <end_of_turn> for Gemma, ...); a prompt given as a plain string is encoded as
+is, after the tokenizer's BOS if it adds one (raw completion task), and completions end with the
+model's eos_token (<|endoftext|> for scratchlm's tokenizers).
 """
 
 from __future__ import annotations
@@ -18,9 +21,7 @@ from typing import Any
 
 from scratchlm.align.rewards import REWARDS
 from scratchlm.data.jsonl import check_messages, read_jsonl, require_str
-from scratchlm.tokenizer.chat_template import IM_END, render_chat
-
-EOT = "<|endoftext|>"
+from scratchlm.tokenizer.chat_template import chat_prompt_ids, end_of_text_id, end_of_turn_id, render_chat
 
 
 @dataclass
@@ -80,18 +81,15 @@ def load_rl_prompts_jsonl(path: str | Path, default_reward: str | None = None) -
 
 
 def end_token(tok: Any, prompt: str | list) -> int:
-    """The id that ends a completion of this prompt: <|im_end|> for chat prompts, <|endoftext|> for raw ones."""
-    name = IM_END if isinstance(prompt, list) else EOT
-    if name not in tok.special_token_ids:
-        raise ValueError(f"the tokenizer has no {name} special token; train it with the default special tokens")
-    return tok.special_token_ids[name]
+    """The id that ends a completion of this prompt: end of turn for chat prompts, end of text for raw ones."""
+    return end_of_turn_id(tok) if isinstance(prompt, list) else end_of_text_id(tok)
 
 
 def encode_prompt(tok: Any, prompt: str | list[dict[str, str]]) -> list[int]:
-    """Prompt ids: chat template + generation prompt for messages, plain encoding for a string."""
+    """Prompt ids: chat template + generation prompt for messages, BOS (if any) + text for a string."""
     if isinstance(prompt, list):
-        return render_chat(tok, prompt, add_generation_prompt=True)[0]
-    return tok.encode(prompt)
+        return chat_prompt_ids(tok, prompt)
+    return tok.prompt_ids(prompt)
 
 
 def encode_completion(tok: Any, prompt: str | list, text: str) -> list[int]:

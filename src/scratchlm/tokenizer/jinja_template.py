@@ -31,6 +31,7 @@ from scratchlm.tokenizer.template_data import plain, prepare_documents, prepare_
 
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+PROBE = "probe reply 7f3a"
 
 
 class ChatTemplate:
@@ -114,6 +115,22 @@ class ChatTemplate:
         if final is not None:
             text = _cut_at_continue_tag(text, final)
         return text, spans or []
+
+    def end_of_turn_id(self, tokenizer: Any) -> int:
+        """The first added token the template writes after an assistant reply (<|im_end|>, <|eot_id|>,
+        <end_of_turn>, </s>, ...): render [user, assistant=PROBE], encode what follows PROBE. Falls back
+        to the eos_token."""
+        text = self.render([{"role": "user", "content": "hi"}, {"role": "assistant", "content": PROBE}])
+        at = text.find(PROBE)
+        if at >= 0:
+            for i in tokenizer.encode(text[at + len(PROBE):]):
+                if i in tokenizer.added.by_id:
+                    return i
+        eos = tokenizer.token_to_id(self.special_tokens.get("eos_token", ""))
+        if eos is None:
+            raise ValueError("cannot tell which token ends an assistant reply: the chat template writes no added "
+                             "token after it and the tokenizer has no eos_token")
+        return eos
 
     # -- ids and the assistant mask -----------------------------------------------------------
     def encode(self, tokenizer: Any, messages: Any, add_generation_prompt: bool = False, tools: Any = None,

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from scratchlm.tokenizer.pipeline import Tokenizer
 
 DEFAULT_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-IM_START, IM_END, EOT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 # Tokens that end a turn in the common chat formats (ChatML, Llama-3, Gemma, Phi): generation stops there.
 END_OF_TURN_TOKENS = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>")
 
@@ -62,24 +62,6 @@ def chat_prompt_ids(tok: "Tokenizer", messages: list[dict], **template_kwargs: A
     if template is None:
         return render_chat(tok, messages, True, **template_kwargs)[0]
     return tok.encode(template.render(messages, add_generation_prompt=True, **template_kwargs))
-
-
-def end_of_turn_id(tok: "Tokenizer") -> int:
-    """The id that ends an assistant reply: the template's end-of-turn token, or ChatML's <|im_end|>."""
-    template = getattr(tok, "chat_template", None)
-    if template is not None:
-        return template.end_of_turn_id(tok)
-    return _special_ids(tok)[1]
-
-
-def end_of_text_id(tok: "Tokenizer") -> int:
-    """The id that ends a raw (non-chat) completion: the model's eos_token, else <|endoftext|>."""
-    name = (getattr(tok, "special_tokens_map", None) or {}).get("eos_token", EOT)
-    tid = tok.special_token_ids.get(name, tok.special_token_ids.get(EOT))
-    if tid is None:
-        raise ValueError(f"the tokenizer has no {name} token to end a completion; train it with the default special "
-                         "tokens or load the model's tokenizer_config.json (eos_token)")
-    return tid
 
 
 def render_chatml(tok: "Tokenizer", messages: list[dict], add_generation_prompt: bool = False) -> tuple[list[int], list[int]]:

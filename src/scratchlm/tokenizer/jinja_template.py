@@ -116,21 +116,18 @@ class ChatTemplate:
             text = _cut_at_continue_tag(text, final)
         return text, spans or []
 
-    def end_of_turn_id(self, tokenizer: Any) -> int:
-        """The first added token the template writes after an assistant reply (<|im_end|>, <|eot_id|>,
-        <end_of_turn>, </s>, ...): render [user, assistant=PROBE], encode what follows PROBE. Falls back
-        to the eos_token."""
+    def end_of_turn_id(self, tokenizer: Any, stop_ids: list[int] | None = None) -> int | None:
+        """The token the template writes right after an assistant reply (<|im_end|>, <|eot_id|>,
+        <end_of_turn>, </s>, ...): render [user, assistant=PROBE] and take the first token after PROBE that
+        is one of `stop_ids` (default: any added token, else the eos_token). None if there is none."""
         text = self.render([{"role": "user", "content": "hi"}, {"role": "assistant", "content": PROBE}])
         at = text.find(PROBE)
+        wanted = set(stop_ids) if stop_ids is not None else set(tokenizer.added.by_id)
         if at >= 0:
             for i in tokenizer.encode(text[at + len(PROBE):]):
-                if i in tokenizer.added.by_id:
+                if i in wanted:
                     return i
-        eos = tokenizer.token_to_id(self.special_tokens.get("eos_token", ""))
-        if eos is None:
-            raise ValueError("cannot tell which token ends an assistant reply: the chat template writes no added "
-                             "token after it and the tokenizer has no eos_token")
-        return eos
+        return tokenizer.token_to_id(self.special_tokens.get("eos_token", "")) if stop_ids is None else None
 
     # -- ids and the assistant mask -----------------------------------------------------------
     def encode(self, tokenizer: Any, messages: Any, add_generation_prompt: bool = False, tools: Any = None,

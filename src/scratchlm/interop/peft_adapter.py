@@ -130,3 +130,20 @@ def is_adapter_dir(directory: str | Path) -> bool:
     """True when DIR holds a PEFT adapter and no full model weights."""
     d = Path(directory)
     return (d / ADAPTER_CONFIG).is_file() and not (d / "model.safetensors").exists()
+
+
+def load_model_or_adapter(path: str | Path, **kwargs: Any) -> Any:
+    """scratchlm.loading.load_pretrained(path), or for a PEFT adapter directory its base model (from
+    base_model_name_or_path) with the adapter merged in; returns the LoadedModel."""
+    from scratchlm.loading import load_pretrained
+    from scratchlm.nn.lora import merge_lora
+
+    if not is_adapter_dir(path):
+        return load_pretrained(path, **kwargs)
+    base = read_adapter_config(path).get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"adapter {path} names no base model (base_model_name_or_path); load its base and apply "
+                         "it with scratchlm.interop.peft_adapter.load_adapter")
+    loaded = load_pretrained(base, **kwargs)
+    loaded.model = merge_lora(load_adapter(loaded.model, path)).eval()
+    return loaded

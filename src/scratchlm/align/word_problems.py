@@ -1,11 +1,12 @@
 """Locally generated arithmetic word problems with worked solutions, for the reasoning-RL demo.
 
 A problem adds two numbers a, b in [10, 99], told as a short story ("Ann has 47 marbles and gets 38
-more. How many now?"). The worked solution adds digit by digit:
+more. How many now?"). The worked solution restates the sum, then adds digit by digit:
+    a+b:    the two numbers copied from the story
     units:  a0 + b0 = u          (with ", carry 1" when u >= 10)
     tens:   a1 + b1 (+ 1) = t    the answer is t followed by the last digit of u
-in two surface forms: `plain` text for pretraining ("7+8=15, carry 1. 4+3+1=8. The answer is 85.") and
-the reasoning format for SFT and RL ("<think>7+8=15, carry 1. 4+3+1=8.</think> <answer>85</answer>").
+in two surface forms: `plain` text for pretraining ("47+38: 7+8=15, carry 1. 4+3+1=8. The answer is 85.")
+and the reasoning format for SFT and RL ("<think>47+38: 7+8=15, carry 1. 4+3+1=8.</think> <answer>85</answer>").
 A `slip` solution makes the classic mistake of dropping the carry ("7+8=15. 4+3=7." -> 75): the
 demo's human-written data makes it in a fixed share of the carry problems, so a model that imitates
 the data learns the slip, and only a verifiable reward can tell it apart.
@@ -47,10 +48,10 @@ def steps(a: int, b: int, slip: bool = False) -> tuple[str, int]:
     u = a % 10 + b % 10
     if u >= 10 and not slip:
         t = a // 10 + b // 10 + 1
-        working = f"{a % 10}+{b % 10}={u}, carry 1. {a // 10}+{b // 10}+1={t}."
+        working = f"{a}+{b}: {a % 10}+{b % 10}={u}, carry 1. {a // 10}+{b // 10}+1={t}."
     else:
         t = a // 10 + b // 10
-        working = f"{a % 10}+{b % 10}={u}. {a // 10}+{b // 10}={t}."
+        working = f"{a}+{b}: {a % 10}+{b % 10}={u}. {a // 10}+{b // 10}={t}."
     return working, int(f"{t}{u % 10}")
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scratchlm.config_checks import LAYER_TYPES, check_attention_layout
 from scratchlm.field_types import check_field_types
 from scratchlm.nn.activations import ACTIVATIONS
 from scratchlm.nn.attention import ATTN_IMPLS
@@ -58,6 +59,9 @@ class ModelConfig:
     rope_style: str = "half"
     rope_base: float = 10000.0
     rope_scaling: dict[str, Any] | None = None  # nn/rope_scaling.py: linear, dynamic, llama3, yarn, longrope
+    sliding_window: int | None = None  # W: a sliding layer's query sees the W most recent keys (itself included)
+    layer_types: tuple[str, ...] | None = None  # per layer "full_attention" | "sliding_attention"; None: all
+    #                                             sliding when sliding_window is set, else all full
     norm_placement: str = "pre"
     tie_embeddings: bool = True
     attn_impl: str = "reference"
@@ -110,10 +114,19 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.rope_scaling needs pos_embedding='rope', got {self.pos_embedding!r}")
             self.rope_scaling = dict(self.rope_scaling)
             check_rope_scaling(self.rope_scaling, self.head_dim)
-        if self.hf_family is not None and not isinstance(self.hf_family, str):
-            raise ValueError(f"ModelConfig.hf_family must be an HF model_type string or None, got {self.hf_family!r}")
+        check_attention_layout(self)
         if not self.init_std > 0:
             raise ValueError(f"ModelConfig.init_std must be > 0, got {self.init_std}")
+
+    def layer_type(self, i: int) -> str:
+        """"full_attention" or "sliding_attention" for layer i."""
+        if self.layer_types is not None:
+            return self.layer_types[i]
+        return LAYER_TYPES[1] if self.sliding_window is not None else LAYER_TYPES[0]
+
+    def layer_window(self, i: int) -> int | None:
+        """The sliding window of layer i (None: full causal attention)."""
+        return self.sliding_window if self.layer_type(i) == "sliding_attention" else None
 
     @property
     def fused_ops(self) -> bool:

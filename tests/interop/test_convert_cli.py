@@ -69,8 +69,9 @@ def test_convert_errors_are_one_line(hf_dir, tmp_path, capsys):
     assert "already holds" in capsys.readouterr().err  # the output guard refuses first
     assert main(["convert", "--from-hf", str(hf_dir), "--out", str(hf_dir), "--overwrite"]) == 2
     assert "source directory" in capsys.readouterr().err
-    assert main(["convert", "--to-hf", str(hf_dir), "--out", str(tmp_path / "o")]) == 2
-    assert "Hugging Face config" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("not a model")
+    assert main(["convert", "--to-hf", str(tmp_path / "notes.txt"), "--out", str(tmp_path / "o")]) == 2
+    assert "is a file but not a GGUF file" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 from family_evidence import Case, build, check_greedy, check_logits, check_save
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 V = 96
 BASE = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -35,6 +36,14 @@ CASES = {
     # rope_scaling (old key) wins over rope_parameters; its missing theta comes from the top-level rope_theta
     "llama_old_rope_scaling_key": Case(LlamaForCausalLM, LlamaConfig,
                                        dict(BASE, rope_theta=300.0, rope_scaling={"type": "linear", "factor": 2.0})),
+    # sliding windows: W = 6 with prompts of 9..24 tokens + 20 new ones
+    "mistral_window": Case(MistralForCausalLM, MistralConfig, dict(BASE, sliding_window=6, head_dim=24)),
+    "mistral_no_window": Case(MistralForCausalLM, MistralConfig, dict(BASE, sliding_window=None)),
+    "qwen2_window_from_layer_1": Case(Qwen2ForCausalLM, Qwen2Config,
+                                      dict(BASE, use_sliding_window=True, sliding_window=5, max_window_layers=1)),
+    "qwen3_window_layer_types": Case(Qwen3ForCausalLM, Qwen3Config,
+                                     dict(BASE, head_dim=16, use_sliding_window=True, sliding_window=7,
+                                          layer_types=["sliding_attention", "full_attention"])),
 }
 
 

@@ -3,8 +3,10 @@
 
     model_type  HF class               reads (besides the Llama-style sizes, norms, RoPE of hf_rope.py)
     llama       LlamaForCausalLM       attention_bias -> q/k/v/o bias, mlp_bias, hidden_act
-    qwen2       Qwen2ForCausalLM       q/k/v bias (no o bias)
-    qwen3       Qwen3ForCausalLM       attention_bias, qk_norm per head (q_norm/k_norm over Hd before RoPE)
+    mistral     MistralForCausalLM     sliding_window on every layer (null: none); no biases
+    qwen2       Qwen2ForCausalLM       q/k/v bias (no o bias); use_sliding_window + layer_types/max_window_layers
+    qwen3       Qwen3ForCausalLM       attention_bias, qk_norm per head (q_norm/k_norm over Hd before RoPE),
+                                       sliding windows as qwen2
     gpt2        GPT2LMHeadModel        layernorm, mlp, learned positions, every bias, activation_function
 
 Everything else that changes the math and is not read here is refused by name (hf_config._check_common).
@@ -78,9 +80,61 @@ def _rope_llama_like(config: ModelConfig) -> str | None:
     return None
 
 
-# ---- llama / qwen2 / qwen3 -------------------------------------------------------------------------------
+def windows_all_layers(hf: dict[str, Any]) -> Fields:
+    """Mistral / Mixtral / Phi-3: `sliding_window` (when not null) applies to every layer."""
+    return dict(sliding_window=hf.get("sliding_window"), layer_types=None)
+
+
+def windows_qwen(hf: dict[str, Any], n_layers: int) -> Fields:
+    """Qwen2 / Qwen3 / SmolLM3: the window exists only with use_sliding_window; layer_types (else: sliding
+    from layer max_window_layers on) says which layers use it."""
+    window = hf.get("sliding_window") if hf.get("use_sliding_window") else None
+    types = hf.get("layer_types")
+    if types is None:
+        first = hf.get("max_window_layers", 28)
+        types = ["sliding_attention" if window is not None and i >= first else "full_attention" for i in range(n_layers)]
+    return windows_from_types(window, types)
+
+
+def windows_from_types(window: int | None, types: list[str]) -> Fields:
+    """sliding_window + layer_types, normalised (None when every layer is the same kind)."""
+    if window is None and "sliding_attention" in types:
+        raise unsupported("layer_types", types, "sliding_attention layers need use_sliding_window=true and a "
+                          "sliding_window (transformers fails on this config too)")
+    if window is None or "sliding_attention" not in types:
+        return dict(sliding_window=None, layer_types=None)
+    return dict(sliding_window=window, layer_types=None if set(types) == {"sliding_attention"} else tuple(types))
+
+
+def windows_to_hf_qwen(config: ModelConfig) -> Fields:
+    types = [config.layer_type(i) for i in range(config.n_layers)]
+    return dict(use_sliding_window=config.sliding_window is not None, sliding_window=config.sliding_window,
+                max_window_layers=config.n_layers, layer_types=types)
+
+
+def _uniform_windows(config: ModelConfig) -> str | None:
+    """Why the sliding window of `config` is not the same on every layer (None if it is)."""
+    kinds = {config.layer_type(i) for i in range(config.n_layers)}
+    return None if len(kinds) == 1 else f"layer_types={config.layer_types} (one window for every layer needed)"
+
+
+def refuse_window_fields(hf: dict[str, Any], family: str) -> None:
+    """Families whose forward never reads sliding_window still get a sliding KV cache from transformers'
+    generate() when config.json sets one (forward and generate then disagree): refuse instead of guessing."""
+    if hf.get("sliding_window") is not None:
+        raise unsupported("sliding_window", hf["sliding_window"],
+                          f"{family!r} attention ignores it in forward but transformers' generate() cache applies "
+                          "it, so the checkpoint has no single meaning; remove it from config.json")
+
+
+def _no_window(config: ModelConfig) -> str | None:
+    return None if config.sliding_window is None else f"sliding_window={config.sliding_window} (no windows)"
+
+
+# ---- llama / mistral / qwen2 / qwen3 ------------------------------------------------------------------------
 
 def _read_llama(hf: dict[str, Any]) -> Fields:
+    refuse_window_fields(hf, "llama")
     bias = bool(hf.get("attention_bias", False))
     return {**rope_sizes(hf, "llama"), "qkv_bias": bias, "attn_out_bias": bias, "mlp_bias": bool(hf.get("mlp_bias"))}
 
@@ -91,28 +145,50 @@ def _write_llama(config: ModelConfig) -> Fields:
 
 
 def _fits_llama(config: ModelConfig) -> str | None:
-    return _rope_llama_like(config) or ("qk_norm=True (Llama has no QK-norm)" if config.qk_norm else None)
+    return (_rope_llama_like(config) or _no_window(config)
+            or ("qk_norm=True (Llama has no QK-norm)" if config.qk_norm else None))
+
+
+def _read_mistral(hf: dict[str, Any]) -> Fields:  # layer_types: ignored by MistralModel (it warns)
+    return {**rope_sizes(hf, "mistral"), **windows_all_layers(hf)}
+
+
+def _fits_mistral(config: ModelConfig) -> str | None:
+    for name in ("qkv_bias", "attn_out_bias", "mlp_bias", "qk_norm"):
+        if getattr(config, name):
+            return f"{name}=True (Mistral has none)"
+    return _rope_llama_like(config) or _uniform_windows(config)
+
+
+def _write_mistral(config: ModelConfig) -> Fields:
+    return {**rope_sizes_to_hf(config), "sliding_window": config.sliding_window}
 
 
 def _read_qwen2(hf: dict[str, Any]) -> Fields:
-    return {**rope_sizes(hf, "qwen2"), "qkv_bias": True, "attn_out_bias": False, "mlp_bias": False}
+    fields = rope_sizes(hf, "qwen2")
+    return {**fields, **windows_qwen(hf, fields["n_layers"]), "qkv_bias": True, "attn_out_bias": False,
+            "mlp_bias": False}
 
 
 def _fits_qwen2(config: ModelConfig) -> str | None:
-    for name, want in (("qkv_bias", True), ("attn_out_bias", False), ("mlp_bias", False), ("qk_norm", False),
+    """Qwen2 (q/k/v biases, zero-filled when absent) is picked for q/k/v-only biases or per-layer windows."""
+    for name, want in (("attn_out_bias", False), ("mlp_bias", False), ("qk_norm", False),
                        ("head_dim", config.d_model // config.n_heads)):
         if getattr(config, name) != want:
             return f"{name}={getattr(config, name)!r} (Qwen2 needs {want!r})"
+    if not config.qkv_bias and _uniform_windows(config) is None:
+        return "qkv_bias=False and one window kind for all layers (Llama/Mistral fit)"
     return _rope_llama_like(config)
 
 
 def _write_qwen2(config: ModelConfig) -> Fields:
-    return rope_sizes_to_hf(config)
+    return {**rope_sizes_to_hf(config), **windows_to_hf_qwen(config)}
 
 
 def _read_qwen3(hf: dict[str, Any]) -> Fields:
     bias = bool(hf.get("attention_bias", False))
-    return {**rope_sizes(hf, "qwen3", default_head_dim=128), "qkv_bias": bias, "attn_out_bias": bias,
+    fields = rope_sizes(hf, "qwen3", default_head_dim=128)
+    return {**fields, **windows_qwen(hf, fields["n_layers"]), "qkv_bias": bias, "attn_out_bias": bias,
             "mlp_bias": False, "qk_norm": True}
 
 
@@ -123,7 +199,8 @@ def _fits_qwen3(config: ModelConfig) -> str | None:
 
 
 def _write_qwen3(config: ModelConfig) -> Fields:
-    return {**rope_sizes_to_hf(config), "attention_bias": config.qkv_bias or config.attn_out_bias}
+    return {**rope_sizes_to_hf(config), **windows_to_hf_qwen(config),
+            "attention_bias": config.qkv_bias or config.attn_out_bias}
 
 
 # ---- gpt2 -------------------------------------------------------------------------------------------------
@@ -144,7 +221,7 @@ def _read_gpt2(hf: dict[str, Any]) -> Fields:
 
 
 def _fits_gpt2(config: ModelConfig) -> str | None:
-    for name, want in (("pos_embedding", "learned"), ("norm", "layernorm"), ("ffn", "mlp"), ("qk_norm", False),
+    for name, want in (("pos_embedding", "learned"), ("sliding_window", None), ("norm", "layernorm"), ("ffn", "mlp"), ("qk_norm", False),
                        ("norm_placement", "pre"), ("n_kv_heads", config.n_heads),
                        ("head_dim", config.d_model // config.n_heads)):
         if getattr(config, name) != want:
@@ -178,6 +255,8 @@ FAMILIES: dict[str, Family] = {
     "qwen2": Family("Qwen2ForCausalLM", "Qwen2Model", _read_qwen2, _fits_qwen2, _write_qwen2, lambda c: True),
     "llama": Family("LlamaForCausalLM", "LlamaModel", _read_llama, _fits_llama, _write_llama,
                     lambda c: c.qkv_bias or c.attn_out_bias),
+    "mistral": Family("MistralForCausalLM", "MistralModel", _read_mistral, _fits_mistral, _write_mistral,
+                      lambda c: False),
 }
 # export tries the families in this order (the most specific first) when the config names none
-EXPORT_ORDER = ("gpt2", "qwen3", "qwen2", "llama")
+EXPORT_ORDER = ("gpt2", "qwen3", "qwen2", "llama", "mistral")

@@ -69,6 +69,7 @@ class ModelConfig:
     rope_base: float = 10000.0
     rope_scaling: dict[str, Any] | None = None  # nn/rope_scaling.py: linear, dynamic, llama3, yarn, longrope
     rope_local_base: float | None = None  # RoPE base of the sliding-window layers (Gemma-3); None = rope_base
+    nope_layers: tuple[int, ...] = ()  # layers without positional rotation ("NoPE", SmolLM3)
     sliding_window: int | None = None  # W: a sliding layer's query sees the W most recent keys (itself included)
     layer_types: tuple[str, ...] | None = None  # per layer "full_attention" | "sliding_attention"; None: all
     #                                             sliding when sliding_window is set, else all full

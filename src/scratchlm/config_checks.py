@@ -50,5 +50,10 @@ def check_scalars(c: Any) -> None:
         if c.pos_embedding != "rope" or not _positive_number(c.rope_local_base) or c.rope_local_base <= 1:
             raise ValueError(f"ModelConfig.rope_local_base={c.rope_local_base!r} must be a number > 1 (with "
                              f"pos_embedding='rope', got {c.pos_embedding!r}) or None")
+    c.nope_layers = tuple(c.nope_layers)
+    bad = [i for i in c.nope_layers if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < c.n_layers]
+    if bad or len(set(c.nope_layers)) != len(c.nope_layers) or (c.nope_layers and c.pos_embedding != "rope"):
+        raise ValueError(f"ModelConfig.nope_layers={list(c.nope_layers)} must list distinct layer indices in "
+                         f"[0, n_layers={c.n_layers}) of a pos_embedding='rope' model")
     if c.norm_unit_offset and c.norm != "rmsnorm":
         raise ValueError(f"ModelConfig.norm_unit_offset=True needs norm='rmsnorm', got {c.norm!r}")

@@ -111,6 +111,13 @@ def layer_ropes(config: ModelConfig) -> tuple[RotaryEmbedding | None, RotaryEmbe
     return rope, local
 
 
+def layer_rope_kind(config: ModelConfig, i: int) -> str | None:
+    """"global", "local" (a sliding layer with rope_local_base) or None (NoPE layer / no RoPE) for layer i."""
+    if config.pos_embedding != "rope" or i in config.nope_layers:
+        return None
+    return "local" if config.rope_local_base is not None and config.layer_window(i) is not None else "global"
+
+
 class Decoder(nn.Module):
     """The `model.*` part: embeddings, the stack of blocks and the final norm."""
 
@@ -128,10 +135,9 @@ class Decoder(nn.Module):
         self.norm = make_norm(config, config.d_model) if config.norm_placement != "post" else None
 
     def layer_rope(self, config: ModelConfig, i: int) -> RotaryEmbedding | None:
-        """The RoPE of layer i: the local one on sliding-window layers when it exists, else the global one."""
-        if self.rotary_emb_local is not None and config.layer_window(i) is not None:
-            return self.rotary_emb_local
-        return self.rotary_emb
+        """The RoPE of layer i: none on a NoPE layer, the local one on sliding-window layers when it exists,
+        else the global one."""
+        return {"global": self.rotary_emb, "local": self.rotary_emb_local, None: None}[layer_rope_kind(config, i)]
 
 
 class TransformerLM(nn.Module):

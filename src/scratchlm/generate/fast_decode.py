@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from scratchlm.config import ModelConfig
 from scratchlm.generate.packed_linear import (  # PackedLinear, mkl_packing_available, quantize_int8: re-exported
     WEIGHT_FORMATS, BlockSource, PackedLinear, mkl_packing_available, norm_gain, packed, quantize_int8)
-from scratchlm.model import TransformerLM
+from scratchlm.model import TransformerLM, layer_rope_kind
 from scratchlm.nn.activations import TORCH_ACTIVATIONS
 from scratchlm.nn.kv_cache import KVCache
 from scratchlm.nn.rope import RotaryEmbedding, rope_rotation
@@ -73,10 +73,10 @@ class PackedLayer:
 
     def __init__(self, block: torch.nn.Module, config: ModelConfig, dtype: torch.dtype, quant: str | None,
                  norm: PackedNorm, source: BlockSource | None = None, window: int | None = None,
-                 local_rope: bool = False) -> None:
+                 rope_kind: str | None = "global") -> None:
         c, attn, mlp = config, block.self_attn, block.mlp
         self.window = window  # sliding window: attend only the last `window` cache slots
-        self.local_rope = local_rope  # the sliding layers' own RoPE (Gemma-3)
+        self.rope_kind = rope_kind  # "global", "local" (Gemma-3's sliding layers) or None (NoPE layer)
         self.norm = norm  # stateless (the gains are folded into the matrices): shared by every norm
         self.pre_norm = block.input_layernorm is not None  # False for norm_placement "output" (OLMo-2)
         self.softcap = c.attn_softcap
@@ -198,10 +198,8 @@ class FastDecoder:
         self.positions = model.model.embed_positions  # learned/sinusoidal module or None
         self.norm = PackedNorm(c.norm, c.norm_eps)
         source = block_source(model)
-        local = model.model.rotary_emb_local is not None
         self.layers = [PackedLayer(block, c, self.dtype, quant, self.norm, source, c.layer_window(i),
-                                   local and c.layer_window(i) is not None)
-                       for i, block in enumerate(model.model.layers)]
+                                   layer_rope_kind(c, i)) for i, block in enumerate(model.model.layers)]
         self.head = packed([model.lm_head], self.dtype, quant, model.model.norm, source=source)
         rope, local_rope = model.model.rotary_emb, model.model.rotary_emb_local
         self.rope = None if rope is None else rope.fused_copy()  # full-width tables: x * cos + rot(x) * sin
@@ -247,14 +245,15 @@ class FastDecoder:
         if self.positions is not None:
             x = x + self.positions(positions).to(x.dtype)
         ks, vs = cache.k.unbind(0), cache.v.unbind(0)  # per layer (B, KvH, T_max, Hd)
-        ropes = {False: self._tables(self.rope, positions), True: self._tables(self.local_rope, positions)}
+        ropes = {"global": self._tables(self.rope, positions), "local": self._tables(self.local_rope, positions),
+                 None: None}
         bias = None
         if key_mask is not None:  # (B * KvH, 1, S): 0 where visible, -inf on padding
             bias = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill_(~key_mask, float("-inf"))
             bias = bias[:, None, None].expand(b, kvh, 1, s + 1).reshape(b * kvh, 1, s + 1)
         for i, layer in enumerate(self.layers):
             qkv = layer.qkv(layer.norm(x) if layer.pre_norm else x)  # (B, (H + 2 KvH) Hd), q rows pre-scaled
-            qk = self.rotate(qkv[:, : (h + kvh) * hd].view(b, h + kvh, hd).float(), ropes[layer.local_rope], layer)
+            qk = self.rotate(qkv[:, : (h + kvh) * hd].view(b, h + kvh, hd).float(), ropes[layer.rope_kind], layer)
             ks[i].select(2, s).copy_(qk[:, h:])  # (B, KvH, Hd) into slot s
             vs[i].select(2, s).copy_(qkv[:, (h + kvh) * hd:].view(b, kvh, hd))
             q = qk[:, :h].reshape(b * kvh, h // kvh, hd).to(cache.k.dtype)  # (B KvH, G, Hd): GQA groups

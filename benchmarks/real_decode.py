@@ -50,6 +50,7 @@ SCRATCH = {"gguf": ("fast-gguf", "Q4_1 + Q8_0 blocks (exact)"), "bf16": ("fast-b
            "fp32": ("fast", "fp32"), "q8_0": ("fast-q8_0", "Q8_0"), "int8_torch": ("fast-int8", "int8 per-row")}
 HEADLINE = {"scratchlm_int8": "scratchlm_q8_0", "scratchlm_int4": "scratchlm_gguf"}
 STATS: dict = {}
+QUIET = {"max_busy": 0.15, "timeout_s": 600.0}
 
 
 def fixture_path() -> Path:
@@ -63,7 +64,7 @@ def best_of(repeats: int, fn) -> float:
     """Smallest wall time of fn() over `repeats` runs, each after waiting for a quiet machine."""
     best = float("inf")
     for _ in range(repeats):
-        wait_quiet(stats=STATS)
+        wait_quiet(**QUIET, stats=STATS)
         t0 = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t0)
@@ -92,7 +93,7 @@ def measure_scratch(model, mode: str, args, prefill_ids: torch.Tensor) -> dict:
         prompts = [CHAT_PROMPT[: len(CHAT_PROMPT) - i] for i in range(b)]
         best, tokens = float("inf"), None
         for _ in range(args.repeats):
-            wait_quiet(stats=STATS)
+            wait_quiet(**QUIET, stats=STATS)
             dt, tokens = scratch_decode(model, prompts, n, mode)
             best = min(best, dt)
         out[f"b{b}_tok_s"] = b * (n - 1) / best
@@ -129,7 +130,7 @@ def measure_llamacpp(path: Path, args, prefill_ids: torch.Tensor) -> dict:
     eng.greedy(CHAT_PROMPT, 4)
     best, tokens = float("inf"), None
     for _ in range(args.repeats):
-        wait_quiet(stats=STATS)
+        wait_quiet(**QUIET, stats=STATS)
         dt, tokens = eng.greedy(CHAT_PROMPT, n)
         best = min(best, dt)
     prefill = best_of(args.repeats, lambda: eng.prefill(prefill_ids[0].tolist()))
@@ -142,7 +143,9 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--engines", default="all", help="comma-separated subset of engine names (default all)")
+    ap.add_argument("--quiet-timeout", type=float, default=600.0, help="max seconds to wait for quiet per run")
     args = ap.parse_args()
+    QUIET["timeout_s"] = args.quiet_timeout
     torch.set_num_threads(2)
     torch.manual_seed(0)
     want = None if args.engines == "all" else set(args.engines.split(","))

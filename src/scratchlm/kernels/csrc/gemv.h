@@ -35,9 +35,12 @@ constexpr int64_t Q8_0_BYTES = 34;   // 2 (d) + 32
 constexpr int64_t Q4_1_BYTES = 20;   // 2 (d) + 2 (m) + 16
 constexpr int64_t BATCH_TILE = 4;    // batch rows sharing one dequantized weight vector
 
-float fp16_to_f32(const uint8_t* p) {
+inline float fp16_to_f32(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
+#ifdef SCRATCHLM_AVX512
+  return _cvtsh_ss(h);  // F16C: exact widening
+#else
   const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu;
   uint32_t bits;
   if (exp == 0x1f) {
@@ -54,6 +57,7 @@ float fp16_to_f32(const uint8_t* p) {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+#endif
 }
 
 // One 32-value weight block, dequantized into w[32] (portable path).
@@ -90,29 +94,61 @@ inline void dequant_avx512(const Q8_0Block&, const uint8_t* p, __m512& lo, __m51
   lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2)))));
   hi = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 18)))));
 }
+
+// NR weight rows x NB batch rows at once, every accumulator a register: NR * NB * 2 independent FMA
+// chains hide the FMA latency (one row alone is a 4-cycle-per-block dependency chain).
+template <typename Block, int NB, int NR>
+inline void block_tile(const float* x, const uint8_t* w, float* y, int64_t K, int64_t N, int64_t b0, int64_t n,
+                       int64_t row_bytes) {
+  __m512 acc[NR][NB][2];
+  for (int r = 0; r < NR; ++r)
+    for (int b = 0; b < NB; ++b) acc[r][b][0] = acc[r][b][1] = _mm512_setzero_ps();
+  const int64_t nblk = K / QK;
+  for (int64_t i = 0; i < nblk; ++i) {
+    __m512 xv[NB][2];
+    for (int b = 0; b < NB; ++b) {
+      xv[b][0] = _mm512_loadu_ps(x + (b0 + b) * K + i * QK);
+      xv[b][1] = _mm512_loadu_ps(x + (b0 + b) * K + i * QK + 16);
+    }
+    for (int r = 0; r < NR; ++r) {
+      __m512 lo, hi;
+      dequant_avx512(Block{}, w + (n + r) * row_bytes + i * Block::bytes, lo, hi);
+      for (int b = 0; b < NB; ++b) {
+        acc[r][b][0] = _mm512_fmadd_ps(lo, xv[b][0], acc[r][b][0]);
+        acc[r][b][1] = _mm512_fmadd_ps(hi, xv[b][1], acc[r][b][1]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int b = 0; b < NB; ++b) y[(b0 + b) * N + n + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][b][0], acc[r][b][1]));
+}
+
+template <typename Block, int NB>
+inline void block_rows_nb(const float* x, const uint8_t* w, float* y, int64_t K, int64_t N, int64_t b0, int64_t n0,
+                          int64_t n1) {
+  constexpr int NR = NB == 1 ? 4 : (NB == 2 ? 2 : 1);
+  const int64_t row_bytes = (K / QK) * Block::bytes;
+  int64_t n = n0;
+  for (; n + NR <= n1; n += NR) block_tile<Block, NB, NR>(x, w, y, K, N, b0, n, row_bytes);
+  for (; n < n1; ++n) block_tile<Block, NB, 1>(x, w, y, K, N, b0, n, row_bytes);
+}
 #endif
 
 // y[b, n] = sum_k x[b, k] * w[n, k] for rows n in [n0, n1), batch rows [b0, b0 + nb), nb <= BATCH_TILE.
 template <typename Block>
 void block_rows(const float* x, const uint8_t* w, float* y, int64_t K, int64_t N, int64_t b0, int64_t nb,
                 int64_t n0, int64_t n1) {
+#ifdef SCRATCHLM_AVX512
+  switch (nb) {
+    case 1: return block_rows_nb<Block, 1>(x, w, y, K, N, b0, n0, n1);
+    case 2: return block_rows_nb<Block, 2>(x, w, y, K, N, b0, n0, n1);
+    case 3: return block_rows_nb<Block, 3>(x, w, y, K, N, b0, n0, n1);
+    default: return block_rows_nb<Block, 4>(x, w, y, K, N, b0, n0, n1);
+  }
+#else
   const int64_t nblk = K / QK, row_bytes = nblk * Block::bytes;
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = w + n * row_bytes;
-#ifdef SCRATCHLM_AVX512
-    __m512 acc[BATCH_TILE][2];
-    for (int64_t b = 0; b < nb; ++b) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nblk; ++i) {
-      __m512 lo, hi;
-      dequant_avx512(Block{}, row + i * Block::bytes, lo, hi);
-      for (int64_t b = 0; b < nb; ++b) {
-        const float* xb = x + (b0 + b) * K + i * QK;
-        acc[b][0] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xb), acc[b][0]);
-        acc[b][1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xb + 16), acc[b][1]);
-      }
-    }
-    for (int64_t b = 0; b < nb; ++b) y[(b0 + b) * N + n] = _mm512_reduce_add_ps(_mm512_add_ps(acc[b][0], acc[b][1]));
-#else
     float acc[BATCH_TILE][QK] = {};
     float wv[QK];
     for (int64_t i = 0; i < nblk; ++i) {
@@ -127,31 +163,59 @@ void block_rows(const float* x, const uint8_t* w, float* y, int64_t K, int64_t N
       for (int j = 0; j < QK; ++j) s += acc[b][j];
       y[(b0 + b) * N + n] = s;
     }
+  }
 #endif
+}
+
+#ifdef SCRATCHLM_AVX512
+template <typename T>
+inline __m512 load_widened(const T* p) {
+  if constexpr (sizeof(T) == 4) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+  } else {  // bf16: the bits are the high half of an fp32
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
 }
+
+template <typename T, int NB>
+inline void dense_rows_nb(const float* x, const T* w, float* y, int64_t K, int64_t N, int64_t b0, int64_t n0,
+                          int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const T* row = w + n * K;
+    __m512 acc[NB][2];
+    for (int b = 0; b < NB; ++b) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+      const __m512 w0 = load_widened(row + k), w1 = load_widened(row + k + 16);
+      for (int b = 0; b < NB; ++b) {
+        acc[b][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + (b0 + b) * K + k), acc[b][0]);
+        acc[b][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + (b0 + b) * K + k + 16), acc[b][1]);
+      }
+    }
+    for (; k < K; k += 16) {
+      const __m512 w0 = load_widened(row + k);
+      for (int b = 0; b < NB; ++b) acc[b][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + (b0 + b) * K + k), acc[b][0]);
+    }
+    for (int b = 0; b < NB; ++b) y[(b0 + b) * N + n] = _mm512_reduce_add_ps(_mm512_add_ps(acc[b][0], acc[b][1]));
+  }
+}
+#endif
 
 // Dense rows: fp32 or bf16 (uint16 bits) weights, K a multiple of 16.
 template <typename T>
 void dense_rows(const float* x, const T* w, float* y, int64_t K, int64_t N, int64_t b0, int64_t nb, int64_t n0,
                 int64_t n1) {
+#ifdef SCRATCHLM_AVX512
+  switch (nb) {
+    case 1: return dense_rows_nb<T, 1>(x, w, y, K, N, b0, n0, n1);
+    case 2: return dense_rows_nb<T, 2>(x, w, y, K, N, b0, n0, n1);
+    case 3: return dense_rows_nb<T, 3>(x, w, y, K, N, b0, n0, n1);
+    default: return dense_rows_nb<T, 4>(x, w, y, K, N, b0, n0, n1);
+  }
+#else
   for (int64_t n = n0; n < n1; ++n) {
     const T* row = w + n * K;
-#ifdef SCRATCHLM_AVX512
-    __m512 acc[BATCH_TILE];
-    for (int64_t b = 0; b < nb; ++b) acc[b] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += 16) {
-      __m512 wv;
-      if constexpr (sizeof(T) == 4) {
-        wv = _mm512_loadu_ps(reinterpret_cast<const float*>(row + k));
-      } else {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k));
-        wv = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-      }
-      for (int64_t b = 0; b < nb; ++b) acc[b] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + (b0 + b) * K + k), acc[b]);
-    }
-    for (int64_t b = 0; b < nb; ++b) y[(b0 + b) * N + n] = _mm512_reduce_add_ps(acc[b]);
-#else
     for (int64_t b = 0; b < nb; ++b) {
       float acc[16] = {};
       const float* xb = x + (b0 + b) * K;
@@ -171,10 +235,9 @@ void dense_rows(const float* x, const T* w, float* y, int64_t K, int64_t N, int6
       for (int j = 0; j < 16; ++j) s += acc[j];
       y[(b0 + b) * N + n] = s;
     }
-#endif
   }
+#endif
 }
-
 
 // Rows per task: enough work to amortise waking a thread (~64 KB of weights), so a 2-thread split
 // only happens on matrices where it pays.

@@ -23,7 +23,7 @@ from scratchlm.nn.embedding import Embedding
 from scratchlm.nn.ffn import MLP, SwiGLU
 from scratchlm.nn.kv_cache import KVCache
 from scratchlm.nn.linear import Linear
-from scratchlm.nn.masks import causal_mask, padding_to_attention_mask
+from scratchlm.nn.masks import layer_mask
 from scratchlm.nn.norm import LayerNorm, RMSNorm
 from scratchlm.nn.positional import LearnedPositions, SinusoidalPositions
 from scratchlm.nn.rope import RotaryEmbedding
@@ -87,7 +87,7 @@ class Decoder(nn.Module):
             self.embed_positions = SinusoidalPositions(config.max_seq_len, config.d_model)
         elif config.pos_embedding == "rope":
             rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_base, config.rope_style,
-                                   fused=config.fused_ops)
+                                   fused=config.fused_ops, scaling=config.rope_scaling)
         self.rotary_emb = rope
         self.layers = nn.ModuleList(Block(config, rope) for _ in range(config.n_layers))
         # post-norm blocks already end in a norm; pre-norm needs a final one
@@ -146,7 +146,8 @@ class TransformerLM(nn.Module):
         token_positions: (T,) or (B, T) position of each token (default: slots start..start+T-1 where
         start = kv_cache.seq_len or 0). attention_mask: (B, S) bool/0-1 over all key slots so far
         (S = start + T), True = real token, False = padding. kv_cache: a KVCache; the new tokens are
-        appended and the cache advanced by T. logits_to_keep: n > 0 returns only the last n positions'
+        appended and the cache advanced by T (it keeps every token: sliding-window layers mask the
+        keys older than their window, see nn/masks.py). logits_to_keep: n > 0 returns only the last n positions'
         logits (B, n, V) (generation's prefill needs 1; skips the LM head on the rest); 0 = all.
         """
         start = kv_cache.seq_len if kv_cache is not None else 0
@@ -157,18 +158,14 @@ class TransformerLM(nn.Module):
             token_positions = torch.arange(start, s, device=input_ids.device)
         if attention_mask is not None and tuple(attention_mask.shape) != (b, s):
             raise ValueError(f"attention_mask must have shape (B, S) = {(b, s)}, got {tuple(attention_mask.shape)}")
-        mask, is_causal = None, True
-        if attention_mask is not None:
-            mask = causal_mask(t, s, start, input_ids.device) & padding_to_attention_mask(attention_mask)
-            is_causal = False
-        elif start > 0:
-            mask, is_causal = (None, False) if t == 1 else (causal_mask(t, s, start, input_ids.device), False)
+        windows = [self.config.layer_window(i) for i in range(self.config.n_layers)]
+        masks = {w: layer_mask(t, s, start, attention_mask, w, input_ids.device) for w in set(windows)}
 
         x = self.model.embed_tokens(input_ids)  # (B, T, D)
         if self.model.embed_positions is not None:
             x = x + self.model.embed_positions(token_positions).to(x.dtype)
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, token_positions, mask, is_causal, kv_cache, i)
+            x = layer(x, token_positions, *masks[windows[i]], kv_cache, i)
         if logits_to_keep > 0:
             x = x[:, -logits_to_keep:]  # (B, n, D): norm and head are per position
         if self.model.norm is not None:

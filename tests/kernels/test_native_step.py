@@ -23,6 +23,8 @@ VARIANTS = {
     "gqa-interleaved-untied": dict(n_kv_heads=2, rope_style="interleaved", tie_embeddings=False),
     "mha-qkv-bias": dict(n_kv_heads=4, qkv_bias=True),
     "mqa": dict(n_kv_heads=1),
+    "sliding-window-yarn": dict(n_kv_heads=2, sliding_window=4, layer_types=("sliding_attention", "full_attention"),
+                                rope_scaling={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 24}),
 }
 
 
@@ -86,6 +88,8 @@ def test_native_step_on_gguf_blocks_batched_and_padded() -> None:
 
 def test_unsupported_configs_keep_the_torch_step() -> None:
     assert FastDecoder(model(n_kv_heads=2, qk_norm=True)).native is None
+    dynamic = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 24}
+    assert FastDecoder(model(n_kv_heads=2, rope_scaling=dynamic)).native is None
     assert FastDecoder(model(n_kv_heads=2), quant="int8").native is None
     gpt2 = get_preset("gpt2-tiny", vocab_size=96, d_model=64, n_layers=1, n_heads=4, max_seq_len=32)
     assert FastDecoder(TransformerLM(gpt2)).native is None

@@ -12,7 +12,8 @@ size. `FastDecoder` computes exactly the same function (pre-norm blocks) with fe
     RoPE  rot(x) = x @ R,  R the fixed signed permutation of the pairing style (exact: one +-1 per column),
           x' = x * cos + rot(x) * sin                   both styles, one table lookup per step
     attn  softmax(q K^T / sqrt(Hd)) V on the cache slots [0, S), q grouped (B KvH, G, Hd) for GQA/MQA
-          (two bmm); 1/sqrt(Hd) is folded into the q rows of [Wq; Wk; Wv], residual adds into addmm
+          (two bmm); 1/sqrt(Hd) is folded into the q rows of [Wq; Wk; Wv], residual adds into addmm;
+          a sliding-window layer reads only its last W slots [S - W, S) (the cache holds every token)
 
 It reads and writes the model's KVCache in the model's layout, so prefill runs through the model and
 the steps through this class (or the other way round) interchangeably. Post-norm blocks are not packed
@@ -36,7 +37,7 @@ from scratchlm.generate.native_step import native_step
 from scratchlm.model import TransformerLM
 from scratchlm.nn.activations import TORCH_ACTIVATIONS
 from scratchlm.nn.kv_cache import KVCache
-from scratchlm.nn.rope import rope_rotation, rope_tables
+from scratchlm.nn.rope import rope_rotation
 
 
 def supports(config: ModelConfig) -> bool:
@@ -69,8 +70,9 @@ class PackedLayer:
     """One pre-norm block's weights, packed (see the module docstring)."""
 
     def __init__(self, block: torch.nn.Module, config: ModelConfig, dtype: torch.dtype, quant: str | None,
-                 norm: PackedNorm, source: BlockSource | None = None) -> None:
+                 norm: PackedNorm, source: BlockSource | None = None, window: int | None = None) -> None:
         attn, mlp = block.self_attn, block.mlp
+        self.window = window  # sliding window: attend only the last `window` cache slots
         self.norm = norm  # stateless (the gains are folded into the matrices): shared by every norm
         # the attention scale 1/sqrt(Hd) is folded into the q rows (or the q part of the QK-norm gain)
         scale = 1.0 / math.sqrt(config.head_dim)
@@ -159,13 +161,13 @@ class FastDecoder:
         self.positions = model.model.embed_positions  # learned/sinusoidal module or None
         self.norm = PackedNorm(c.norm, c.norm_eps)
         source = block_source(model)
-        self.layers = [PackedLayer(block, c, self.dtype, quant, self.norm, source) for block in model.model.layers]
+        self.layers = [PackedLayer(block, c, self.dtype, quant, self.norm, source, c.layer_window(i))
+                       for i, block in enumerate(model.model.layers)]
         self.head = packed([model.lm_head], self.dtype, quant, model.model.norm, source=source)
         rope = model.model.rotary_emb
-        self.rope = None
+        self.rope = None if rope is None else rope.fused_copy()  # full-width tables: x * cos + rot(x) * sin
         if rope is not None:
-            cos, sin = rope_tables(rope.cos, rope.sin, rope.style)
-            self.rope = (cos, sin, rope_rotation(c.head_dim, rope.style, torch.float32).to(cos.device))
+            self.rotation = rope_rotation(c.head_dim, rope.style, torch.float32).to(rope.cos.device)
         self.native = native_step(self)  # the whole step in C++ where supported (generate/native_step.py)
 
     def linears(self) -> list[PackedLinear]:
@@ -186,7 +188,7 @@ class FastDecoder:
         if rope is None:
             return qk
         cos, sin = rope
-        rotated = (qk.flatten(0, 1) @ self.rope[2]).view(qk.shape)  # one 2-D mm, not a broadcast bmm
+        rotated = (qk.flatten(0, 1) @ self.rotation).view(qk.shape)  # one 2-D mm, not a broadcast bmm
         return torch.addcmul(qk * cos, rotated, sin)
 
     @torch.inference_mode()
@@ -208,7 +210,10 @@ class FastDecoder:
         if self.positions is not None:
             x = x + self.positions(positions).to(x.dtype)
         ks, vs = cache.k.unbind(0), cache.v.unbind(0)  # per layer (B, KvH, T_max, Hd)
-        rope = None if self.rope is None else (self.rope[0][positions][:, None], self.rope[1][positions][:, None])
+        rope = None
+        if self.rope is not None:
+            cos, sin = self.rope.tables(positions)  # (B, Hd) each
+            rope = (cos[:, None], sin[:, None])
         bias = None
         if key_mask is not None:  # (B * KvH, 1, S): 0 where visible, -inf on padding
             bias = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill_(~key_mask, float("-inf"))
@@ -219,12 +224,13 @@ class FastDecoder:
             ks[i].select(2, s).copy_(qk[:, h:])  # (B, KvH, Hd) into slot s
             vs[i].select(2, s).copy_(qkv[:, (h + kvh) * hd:].view(b, kvh, hd))
             q = qk[:, :h].reshape(b * kvh, h // kvh, hd).to(cache.k.dtype)  # (B KvH, G, Hd): GQA groups
-            keys = ks[i][:, :, : s + 1].flatten(0, 1)  # (B KvH, S, Hd), a view
-            scores = torch.bmm(q, keys.transpose(1, 2)).float()  # (B KvH, G, S)
+            lo = 0 if layer.window is None else max(0, s + 1 - layer.window)  # a sliding layer's oldest key
+            keys = ks[i][:, :, lo: s + 1].flatten(0, 1)  # (B KvH, S', Hd), a view
+            scores = torch.bmm(q, keys.transpose(1, 2)).float()  # (B KvH, G, S')
             if bias is not None:
-                scores = scores + bias
+                scores = scores + bias[..., lo:]
             probs = torch.softmax(scores, dim=-1).to(cache.v.dtype)
-            out = torch.bmm(probs, vs[i][:, :, : s + 1].flatten(0, 1))  # (B KvH, G, Hd)
+            out = torch.bmm(probs, vs[i][:, :, lo: s + 1].flatten(0, 1))  # (B KvH, G, Hd)
             x = layer.o.residual(x, out.view(b, h * hd))  # x + o_proj(heads)
             x = layer.ffn_residual(x)
         cache.advance(1)

@@ -4,9 +4,11 @@ At ~150 tokens/s a step has ~6 ms; FastDecoder's Python loop dispatches ~35 torc
 (~1000 per step for 30 layers, several ms of overhead alone). `native_step(dec)` hands the same packed
 matrices (PackedLinear: fp32 / bf16 / Q8_0 / Q4_1 with their in/out scales and biases) and the RoPE
 tables to `LlamaStep`, which runs norm -> qkv -> RoPE -> cache write -> GQA attention -> o + residual
--> norm -> gate|up -> SiLU * up -> down + residual per layer, then the head. Same math as
+-> norm -> gate|up -> SiLU * up -> down + residual per layer (sliding-window layers read their last
+W slots), then the head. Same math as
 FastDecoder.step (tests/kernels/test_native_step.py: equal logits and caches to fp32 rounding).
-Supported: pre-norm RMSNorm, SwiGLU (always SiLU), RoPE (half or interleaved), no QK-norm, no learned or
+Supported: pre-norm RMSNorm, SwiGLU (always SiLU), RoPE (half or interleaved; static tables, i.e.
+every scaling but longrope/dynamic), no QK-norm, no learned or
 sinusoidal positions, fp32 model and cache on CPU, any weight format but "int8" (torch's kernel).
 Anything else: None, and FastDecoder keeps its torch path.
 """
@@ -30,6 +32,7 @@ def supported(dec: "FastDecoder") -> bool:
     """True when the C++ step computes this decoder's function (see the module docstring)."""
     c = dec.config
     return (c.norm == "rmsnorm" and c.ffn == "swiglu" and dec.rope is not None
+            and getattr(dec.rope, "kind", None) not in ("longrope", "dynamic")  # position-dependent tables
             and not c.qk_norm and dec.positions is None and dec.dtype == torch.float32
             and dec.embed.device.type == "cpu" and dec.quant != "int8"
             and all(lin.fallback is None for lin in dec.linears()))
@@ -55,7 +58,7 @@ def native_step(dec: "FastDecoder") -> Any | None:
         head = native_linear(mod, dec.head)
     except RuntimeError:  # a dimension the kernels do not take (K not a multiple of 16 / 32)
         return None
-    cos, sin, _ = dec.rope
     c = dec.config
-    return mod.LlamaStep(dec.embed.float(), cos.float(), sin.float(), c.n_heads, c.n_kv_heads, c.head_dim,
-                         c.norm_eps, c.rope_style == "half", layers, head)
+    windows = [-1 if layer.window is None else layer.window for layer in dec.layers]
+    return mod.LlamaStep(dec.embed.float(), dec.rope.cos.float(), dec.rope.sin.float(), c.n_heads, c.n_kv_heads,
+                         c.head_dim, c.norm_eps, dec.rope.style == "half", layers, head, windows)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gguf
 import numpy as np
 import torch
 
@@ -22,6 +23,21 @@ from scratchlm.quant.ggml_dequant import dequantize
 from scratchlm.quant.ggml_types import ggml_type
 
 GGUF_MAGIC = b"GGUF"
+
+
+class _ArrayReader(gguf.GGUFReader):
+    """gguf.GGUFReader over a plain ndarray view of its memory map (the same bytes).
+
+    GGUFReader reads metadata in ~250k tiny slices for a 50k-token vocabulary; each slice of a numpy
+    memmap runs memmap.__array_finalize__, which made reading SmolLM2's header ~3x slower (7.4 s vs 2.5 s)."""
+
+    @property
+    def data(self) -> np.ndarray:
+        return self._data
+
+    @data.setter
+    def data(self, value: np.ndarray) -> None:
+        self._data = value.view(np.ndarray)
 
 
 @dataclass(frozen=True)
@@ -81,15 +97,13 @@ def _tensor(reader_tensor: Any) -> GGUFTensor:
 
 def read_gguf(path: str | Path) -> GGUFContents:
     """Parse `path` (metadata + every tensor's bytes, copied into memory); clear errors for non-GGUF files."""
-    import gguf
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file {path} does not exist")
     if not is_gguf_file(path):
         raise ValueError(f"{path} is not a GGUF file (it does not start with the bytes 'GGUF')")
     try:
-        reader = gguf.GGUFReader(path)
+        reader = _ArrayReader(path)
     except (ValueError, IndexError, OSError) as exc:
         raise ValueError(f"{path}: cannot read this GGUF file ({exc}); is it truncated or from a newer llama.cpp?") from None
     metadata = {key: field.contents() for key, field in reader.fields.items()}

@@ -55,3 +55,45 @@ def gguf_pre_tokenizer(pre: str | None) -> PreTokenizer:
         raise ValueError(f"GGUF tokenizer.ggml.pre={name!r} is not supported by scratchlm; supported: "
                          f"{', '.join(sorted(PRE_NAMES))}")
     return _FAMILIES[PRE_NAMES[name]]
+
+
+# the same pre-tokenizers as real models' tokenizer.json files spell them (HF regex syntax)
+_HF_QWEN2 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_HF_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# family -> the tokenizer.ggml.pre name written on export
+CANONICAL_NAMES = {"default": "default", "gpt2": "gpt-2", "llama3": "llama-bpe", "dbrx": "dbrx", "qwen2": "qwen2",
+                   "qwen35": "qwen35", "digits_gpt2": "smollm", "falcon": "falcon"}
+
+
+def _split_regexes(steps: list[dict]) -> tuple[str, ...] | None:
+    """The regexes of [Split(Isolated)..., ByteLevel(use_regex=false)], or None for another shape."""
+    *splits, last = steps
+    if last.get("type") != "ByteLevel" or last.get("use_regex", True) or last.get("add_prefix_space"):
+        return None
+    if not all(s.get("type") == "Split" and s.get("behavior") == "Isolated" and not s.get("invert")
+               and "Regex" in (s.get("pattern") or {}) for s in splits):
+        return None
+    return tuple(s["pattern"]["Regex"] for s in splits)
+
+
+def gguf_pre_name(pre_tokenizer: dict | None) -> str:
+    """The `tokenizer.ggml.pre` name of a tokenizer.json pre-tokenizer (llama.cpp's regexes or the HF spelling
+    of GPT-2, Llama-3, Qwen2 and SmolLM2); ValueError for one llama.cpp has no name for."""
+    pre = pre_tokenizer or {}
+    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    if len(steps) == 1 and steps[0].get("type") == "ByteLevel" and steps[0].get("use_regex", True) \
+            and not steps[0].get("add_prefix_space"):
+        return "gpt-2"
+    if (len(steps) == 2 and steps[0] == {"type": "Digits", "individual_digits": True}
+            and steps[1].get("type") == "ByteLevel" and steps[1].get("use_regex", True)):
+        return "smollm"
+    regexes = _split_regexes(steps) if steps else None
+    spelled = {(_HF_QWEN2,): "qwen2", (_HF_LLAMA3,): "llama-bpe"}
+    if regexes in spelled:
+        return spelled[regexes]
+    for family, p in _FAMILIES.items():
+        if regexes == p.regexes:
+            return CANONICAL_NAMES[family]
+    raise ValueError(f"the tokenizer's pre-tokenizer {pre} has no llama.cpp name (tokenizer.ggml.pre); GGUF export "
+                     "supports GPT-2, Llama-3, Qwen2 and SmolLM2-style byte-level tokenizers")

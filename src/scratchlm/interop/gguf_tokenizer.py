@@ -123,3 +123,55 @@ def stop_token_ids_from_gguf(metadata: dict[str, Any]) -> list[int]:
     n = len(metadata.get("tokenizer.ggml.tokens") or [])
     ids = [_token_id(metadata, key, n) for key in STOP_KEYS]
     return list(dict.fromkeys(i for i in ids if i is not None))
+
+
+def _token_list(tokenizer_json: dict[str, Any], vocab_size: int) -> tuple[list[str], list[int]]:
+    """Tokens by id and their llama.cpp types; ids past the tokenizer up to vocab_size become [PAD{i}] (unused)."""
+    by_id: dict[int, str] = {int(i): t for t, i in tokenizer_json["model"]["vocab"].items()}
+    types: dict[int, int] = {}
+    for a in tokenizer_json.get("added_tokens", []):
+        by_id[int(a["id"])] = a["content"]
+        types[int(a["id"])] = CONTROL if a.get("special") else USER_DEFINED
+    n = max(vocab_size, max(by_id) + 1)
+    missing = [i for i in range(max(by_id) + 1) if i not in by_id]
+    if missing:
+        raise ValueError(f"the tokenizer has no token for ids {missing[:5]}; GGUF needs one token per id")
+    tokens = [by_id.get(i, f"[PAD{i}]") for i in range(n)]
+    return tokens, [types.get(i, 1 if i in by_id else 5) for i in range(n)]
+
+
+def gguf_tokenizer_metadata(tokenizer_json: dict[str, Any], vocab_size: int, chat_template: str | None = None,
+                            bos_token_id: int | None = None, stop_token_ids: list[int] | None = None
+                            ) -> dict[str, tuple[Any, Any]]:
+    """`tokenizer.ggml.*` metadata {key: (value, GGUFValueType)} for a byte-level BPE tokenizer.json dict
+    (the inverse of tokenizer_json_from_gguf)."""
+    import gguf
+
+    from scratchlm.interop.gguf_pretokenize import gguf_pre_name
+
+    model = tokenizer_json.get("model") or {}
+    if model.get("type") != "BPE" or model.get("byte_fallback") or tokenizer_json.get("normalizer") not in (
+            None, {"type": "NFC"}):
+        raise ValueError("GGUF export writes byte-level BPE tokenizers (tokenizer.ggml.model 'gpt2') only; this "
+                         f"one has model {model.get('type')!r}, byte_fallback={model.get('byte_fallback')}, "
+                         f"normalizer {tokenizer_json.get('normalizer')}")
+    tokens, types = _token_list(tokenizer_json, vocab_size)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    S, U32, B, A = (gguf.GGUFValueType.STRING, gguf.GGUFValueType.UINT32, gguf.GGUFValueType.BOOL,
+                    gguf.GGUFValueType.ARRAY)
+    post = tokenizer_json.get("post_processor") or {}
+    single = post.get("single", []) if post.get("type") == "TemplateProcessing" else []
+    meta: dict[str, tuple[Any, Any]] = {
+        "tokenizer.ggml.model": ("gpt2", S), "tokenizer.ggml.pre": (gguf_pre_name(tokenizer_json.get("pre_tokenizer")), S),
+        "tokenizer.ggml.tokens": (tokens, A), "tokenizer.ggml.token_type": (types, A), "tokenizer.ggml.merges": (merges, A),
+        "tokenizer.ggml.add_bos_token": (bool(single) and "SpecialToken" in single[0], B),
+        "tokenizer.ggml.add_eos_token": (bool(single) and "SpecialToken" in single[-1], B),
+    }
+    stops = list(stop_token_ids or [])
+    for key, tid in (("bos_token_id", bos_token_id), ("eos_token_id", stops[0] if stops else None),
+                     ("eot_token_id", stops[1] if len(stops) > 1 else None)):
+        if tid is not None:
+            meta[f"tokenizer.ggml.{key}"] = (int(tid), U32)
+    if chat_template:
+        meta["tokenizer.chat_template"] = (chat_template, S)
+    return meta

@@ -33,11 +33,9 @@ def build_with_weights(config: ModelConfig, state: dict[str, torch.Tensor], dire
     model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=True, assign=True)
     if config.tie_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    rope = model.model.rotary_emb
-    if rope is not None:
-        fresh = RotaryEmbedding(rope.head_dim, rope.max_seq_len, rope.base, rope.style, fused=rope.fused)
-        for name, table in fresh.named_buffers():  # cos/sin (and the fused full-width tables)
-            setattr(rope, name, table)
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding):
+            module.init_tables(device="cpu")
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise ValueError(f"internal error: tensors {left[:5]} were not materialised after loading {directory}")

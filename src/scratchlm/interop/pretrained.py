@@ -10,6 +10,7 @@ Weights are loaded as fp32 master weights by default (bf16/fp16 checkpoints are 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from scratchlm.config import ModelConfig
 from scratchlm.interop.gguf_file import is_gguf_file
 from scratchlm.interop.gguf_load import load_gguf
 from scratchlm.interop.hf_config import config_from_hf, config_to_hf, export_family, hf_family
-from scratchlm.interop.hf_weights import state_from_hf, state_to_hf
+from scratchlm.interop.hf_weights import state_from_hf, state_to_hf, stored_head_differs
 from scratchlm.interop.shards import load_sharded, save_sharded
 from scratchlm.interop.tokenizer_files import save_hf_tokenizer
 from scratchlm.io_utils import atomic_write_text, read_json_object
@@ -56,7 +57,13 @@ def from_pretrained(directory: str | Path, *, device: str | torch.device = "cpu"
         return load_model(directory, map_location=device, **config_overrides).to(dtype)
     config = config_from_hf(data, **config_overrides)
     family = hf_family(data)
-    state = state_from_hf(load_sharded(directory, progress=progress), config, family)
+    hf_state = load_sharded(directory, progress=progress)
+    if config.tie_embeddings and stored_head_differs(hf_state):
+        warnings.warn(f"{directory}: config.json says tie_word_embeddings=true but the checkpoint stores a separate "
+                      "lm_head.weight that differs from the embedding; loading it untied, as transformers does",
+                      stacklevel=2)
+        config = config.replace(tie_embeddings=False)
+    state = state_from_hf(hf_state, config, family)
     model = build_with_weights(config, state, directory)
     return model.to(device=device, dtype=dtype).eval()
 

@@ -76,7 +76,7 @@ def name_keyed(sd: dict[str, Any]) -> dict[str, Any]:
     return {"state": {names[i]: st for i, st in sd["state"].items()}, "param_groups": groups}
 
 
-def _optimizer_split(sd: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def optimizer_split(sd: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """An index-keyed optimizer state dict as (tensors for safetensors, JSON-able rest)."""
     tensors, scalars = {}, {}
     for idx, st in sd["state"].items():
@@ -88,7 +88,7 @@ def _optimizer_split(sd: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
 
 
-def _rng_split() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def rng_split() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     tensors = {"rng.torch_cpu": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         tensors.update({f"rng.cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
@@ -99,8 +99,8 @@ def _rng_split() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 
 def _write_state(tmp: Path, optimizer_state: dict[str, Any] | None, state: TrainerState,
                  train_config: dict[str, Any]) -> None:
-    opt_tensors, opt_meta = _optimizer_split(optimizer_state) if optimizer_state is not None else ({}, None)
-    rng_tensors, rng_meta = _rng_split()
+    opt_tensors, opt_meta = optimizer_split(optimizer_state) if optimizer_state is not None else ({}, None)
+    rng_tensors, rng_meta = rng_split()
     blob = save({**opt_tensors, **rng_tensors}, metadata={"format": FORMAT})
     with atomic_write(tmp / STATE_TENSORS) as f:
         f.write(blob)
@@ -117,7 +117,7 @@ def save_checkpoint(
 
     optimizer_state: optimizer.state_dict() (index-keyed; see index_keyed for FSDP's name-keyed one)."""
     out_dir = Path(out_dir)
-    tmp, old, final = out_dir / ".checkpoint.tmp", out_dir / ".checkpoint.old", checkpoint_path(out_dir)
+    tmp = out_dir / ".checkpoint.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     save_model(model, tmp)
     _write_state(tmp, optimizer_state, state, train_config)
@@ -126,6 +126,14 @@ def save_checkpoint(
             if f.is_file() and f.name not in (CONFIG_NAME, WEIGHTS_NAME, STATE_JSON, STATE_TENSORS):
                 with atomic_write(tmp / f.name) as dst:
                     dst.write(f.read_bytes())
+    return swap_in_checkpoint(out_dir)
+
+
+def swap_in_checkpoint(out_dir: str | Path) -> Path:
+    """Make the complete OUT/.checkpoint.tmp the new OUT/checkpoint (module docstring: OUT/.checkpoint.old
+    holds the previous one between the two renames, and find_checkpoint falls back to it)."""
+    out_dir = Path(out_dir)
+    tmp, old, final = out_dir / ".checkpoint.tmp", out_dir / ".checkpoint.old", checkpoint_path(out_dir)
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)
@@ -154,7 +162,7 @@ def _check_same_model(ckpt: Path, model: TransformerLM) -> None:
         )
 
 
-def _saved_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any] | None,
+def saved_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any] | None,
                            ckpt: Path) -> dict[str, Any]:
     """The checkpoint's optimizer state as an index-keyed state dict, checked against `optimizer`."""
     if meta is None:
@@ -176,7 +184,7 @@ def _saved_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: di
     return {"state": state, "param_groups": groups}
 
 
-def _restore_rng(tensors: dict[str, torch.Tensor], rng: dict[str, Any]) -> None:
+def restore_rng(tensors: dict[str, torch.Tensor], rng: dict[str, Any]) -> None:
     torch.set_rng_state(tensors["rng.torch_cpu"])
     cuda = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
     if cuda and torch.cuda.is_available():
@@ -210,7 +218,7 @@ def load_checkpoint(ckpt: str | Path, model: TransformerLM, optimizer: torch.opt
         tensors = load_file(str(path))
     except Exception as exc:  # safetensors raises its own error types on truncated files
         raise ValueError(f"cannot read {path}: {exc} (truncated or not a safetensors file?)") from None
-    opt_state = _saved_optimizer_state(optimizer, tensors, meta["optimizer"], ckpt)
+    opt_state = saved_optimizer_state(optimizer, tensors, meta["optimizer"], ckpt)
     if sharded is None:
         optimizer.load_state_dict(opt_state)
     else:
@@ -218,5 +226,5 @@ def load_checkpoint(ckpt: str | Path, model: TransformerLM, optimizer: torch.opt
 
         set_optimizer_state_dict(sharded, optimizer, name_keyed(opt_state),
                                  options=StateDictOptions(full_state_dict=True))
-    _restore_rng(tensors, meta["rng"])
+    restore_rng(tensors, meta["rng"])
     return TrainerState(**meta["trainer"])

@@ -62,12 +62,17 @@ struct LlamaStep {
   bool half_style;
   std::vector<std::vector<Linear>> layers;  // per layer: qkv, o, gate|up, down
   Linear head;
+  std::vector<int64_t> windows;  // per layer: sliding window W (attend slots [S - W, S)), or -1
 
   LlamaStep(torch::Tensor embed_, torch::Tensor cos_, torch::Tensor sin_, int64_t H_, int64_t KvH_, int64_t Hd_,
-            double eps_, bool half_, std::vector<std::vector<Linear>> layers_, Linear head_)
+            double eps_, bool half_, std::vector<std::vector<Linear>> layers_, Linear head_,
+            std::vector<int64_t> windows_)
       : embed(embed_.contiguous()), cos(cos_.contiguous()), sin(sin_.contiguous()), H(H_), KvH(KvH_), Hd(Hd_),
-        eps(static_cast<float>(eps_)), half_style(half_), layers(std::move(layers_)), head(std::move(head_)) {
+        eps(static_cast<float>(eps_)), half_style(half_), layers(std::move(layers_)), head(std::move(head_)),
+        windows(std::move(windows_)) {
     TORCH_CHECK(embed.scalar_type() == torch::kFloat32 && cos.scalar_type() == torch::kFloat32, "fp32 tables expected");
+    TORCH_CHECK(windows.size() == layers.size(), "one window (or -1) per layer");
+    TORCH_CHECK(cos.dim() == 2 && cos.size(1) == Hd && sin.sizes() == cos.sizes(), "cos/sin must be (T_max, Hd)");
     for (const auto& l : layers) TORCH_CHECK(l.size() == 4, "a layer is (qkv, o, gate|up, down)");
   }
 
@@ -92,9 +97,9 @@ struct LlamaStep {
     std::memcpy(v, tmp, Hd * sizeof(float));
   }
 
-  // att (B, H * Hd) = softmax(q k^T + mask) v over slots [0, S) of layer l's cache.
+  // att (B, H * Hd) = softmax(q k^T + mask) v over slots [lo, S) of layer l's cache.
   void attend(const float* q, const float* kc, const float* vc, const bool* mask, float* att, int64_t B, int64_t S,
-              int64_t T) const {
+              int64_t T, int64_t lo) const {
     const int64_t G = H / KvH;
     at::parallel_for(0, B * H, 1, [&](int64_t i0, int64_t i1) {
       std::vector<float> p(S);
@@ -104,17 +109,17 @@ struct LlamaStep {
         const float* keys = kc + ((b * KvH + h / G) * T) * Hd;
         const float* vals = vc + ((b * KvH + h / G) * T) * Hd;
         float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t t = 0; t < S; ++t) {
+        for (int64_t t = lo; t < S; ++t) {
           float dot = 0.f;
           for (int64_t j = 0; j < Hd; ++j) dot += qh[j] * keys[t * Hd + j];
           p[t] = (mask && !mask[b * S + t]) ? -std::numeric_limits<float>::infinity() : dot;
           mx = std::max(mx, p[t]);
         }
         float sum = 0.f;
-        for (int64_t t = 0; t < S; ++t) sum += (p[t] = std::exp(p[t] - mx));
+        for (int64_t t = lo; t < S; ++t) sum += (p[t] = std::exp(p[t] - mx));
         float* out = att + (b * H + h) * Hd;
         std::fill(out, out + Hd, 0.f);
-        for (int64_t t = 0; t < S; ++t) {
+        for (int64_t t = lo; t < S; ++t) {
           const float w = p[t] / sum;
           for (int64_t j = 0; j < Hd; ++j) out[j] += w * vals[t * Hd + j];
         }
@@ -163,7 +168,8 @@ struct LlamaStep {
         }
         std::memcpy(&q[b * H * Hd], row, H * Hd * sizeof(float));  // the rotated q heads
       }
-      attend(q.data(), kc + layer_off, vc + layer_off, mask, att.data(), B, S, T);
+      const int64_t lo = windows[l] < 0 ? 0 : std::max<int64_t>(0, S - windows[l]);
+      attend(q.data(), kc + layer_off, vc + layer_off, mask, att.data(), B, S, T, lo);
       lay[1].apply(att.data(), x2.data(), B, x.data(), scratch);
       std::swap(x, x2);
       rms(x.data(), xn.data(), B, D);

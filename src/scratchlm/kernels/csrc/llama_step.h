@@ -98,16 +98,17 @@ struct LlamaStep {
   }
 
   // att (B, H * Hd) = softmax(q k^T + mask) v over slots [lo, S) of layer l's cache.
+  // The caches' batch rows are `bstride` floats apart (a view of a larger slot cache is fine).
   void attend(const float* q, const float* kc, const float* vc, const bool* mask, float* att, int64_t B, int64_t S,
-              int64_t T, int64_t lo) const {
+              int64_t T, int64_t lo, int64_t bstride) const {
     const int64_t G = H / KvH;
     at::parallel_for(0, B * H, 1, [&](int64_t i0, int64_t i1) {
       std::vector<float> p(S);
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t b = i / H, h = i % H;
         const float* qh = q + (b * H + h) * Hd;
-        const float* keys = kc + ((b * KvH + h / G) * T) * Hd;
-        const float* vals = vc + ((b * KvH + h / G) * T) * Hd;
+        const float* keys = kc + b * bstride + (h / G) * T * Hd;
+        const float* vals = vc + b * bstride + (h / G) * T * Hd;
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t t = lo; t < S; ++t) {
           float dot = 0.f;
@@ -133,9 +134,12 @@ struct LlamaStep {
                      torch::Tensor kcache, torch::Tensor vcache, int64_t s) const {
     const int64_t B = tokens.size(0), D = embed.size(1), L = static_cast<int64_t>(layers.size());
     const int64_t T = kcache.size(3), S = s + 1, QKV = (H + 2 * KvH) * Hd;
-    TORCH_CHECK(kcache.is_contiguous() && vcache.is_contiguous() && kcache.scalar_type() == torch::kFloat32 &&
-                    kcache.sizes() == torch::IntArrayRef({L, B, KvH, T, Hd}) && vcache.sizes() == kcache.sizes(),
-                "the KV caches must be contiguous fp32 (L, B, KvH, T_max, Hd)");
+    TORCH_CHECK(kcache.scalar_type() == torch::kFloat32 && vcache.scalar_type() == torch::kFloat32 &&
+                    kcache.sizes() == torch::IntArrayRef({L, B, KvH, T, Hd}) && vcache.sizes() == kcache.sizes() &&
+                    kcache.strides() == vcache.strides() && kcache.stride(4) == 1 && kcache.stride(3) == Hd &&
+                    kcache.stride(2) == T * Hd,
+                "the KV caches must be fp32 (L, B, KvH, T_max, Hd), contiguous within a batch row");
+    const int64_t lstride = kcache.stride(0), bstride = kcache.stride(1);
     TORCH_CHECK(s < T, "KV cache overflow: slot ", s, " >= capacity ", T);
     torch::Tensor mask_t = key_mask.has_value() ? key_mask->to(torch::kBool).contiguous() : torch::Tensor();
     TORCH_CHECK(!mask_t.defined() || mask_t.sizes() == torch::IntArrayRef({B, S}), "key_mask must be (B, s + 1)");
@@ -155,21 +159,21 @@ struct LlamaStep {
       const auto& lay = layers[l];
       rms(x.data(), xn.data(), B, D);
       lay[0].apply(xn.data(), qkv.data(), B, nullptr, scratch);
-      const int64_t layer_off = l * B * KvH * T * Hd;
+      const int64_t layer_off = l * lstride;
       for (int64_t b = 0; b < B; ++b) {
         const float* c = cos.data_ptr<float>() + pp[b] * Hd;
         const float* sn = sin.data_ptr<float>() + pp[b] * Hd;
         float* row = &qkv[b * QKV];
         for (int64_t h = 0; h < H + KvH; ++h) rope(row + h * Hd, c, sn, tmp.data());
         for (int64_t h = 0; h < KvH; ++h) {
-          const int64_t slot = layer_off + ((b * KvH + h) * T + s) * Hd;
+          const int64_t slot = layer_off + b * bstride + (h * T + s) * Hd;
           std::memcpy(kc + slot, row + (H + h) * Hd, Hd * sizeof(float));
           std::memcpy(vc + slot, row + (H + KvH + h) * Hd, Hd * sizeof(float));
         }
         std::memcpy(&q[b * H * Hd], row, H * Hd * sizeof(float));  // the rotated q heads
       }
       const int64_t lo = windows[l] < 0 ? 0 : std::max<int64_t>(0, S - windows[l]);
-      attend(q.data(), kc + layer_off, vc + layer_off, mask, att.data(), B, S, T, lo);
+      attend(q.data(), kc + layer_off, vc + layer_off, mask, att.data(), B, S, T, lo, bstride);
       lay[1].apply(att.data(), x2.data(), B, x.data(), scratch);
       std::swap(x, x2);
       rms(x.data(), xn.data(), B, D);

@@ -29,11 +29,18 @@ FORMAT_CODES = {"F32": 0, "BF16": 1, "Q8_0": 2, "Q4_1": 3}  # gemv.h's Format
 
 
 def supported(dec: "FastDecoder") -> bool:
-    """True when the C++ step computes this decoder's function (see the module docstring)."""
+    """True when the C++ step computes this decoder's function (see the module docstring): a plain
+    pre-norm Llama block; every other architecture feature keeps FastDecoder's torch step."""
     c = dec.config
-    return (c.norm == "rmsnorm" and c.ffn == "swiglu" and dec.rope is not None
+    plain_config = (c.norm == "rmsnorm" and c.ffn == "swiglu" and not c.qk_norm and c.norm_placement == "pre"
+                    and getattr(c, "embedding_multiplier", 1.0) == 1.0 and getattr(c, "logits_scaling", 1.0) == 1.0
+                    and getattr(c, "final_softcap", None) is None)
+    plain_layers = all(getattr(layer, "pre_norm", True) and getattr(layer, "attn_out_gain", None) is None
+                       and getattr(layer, "ffn_out_gain", None) is None and getattr(layer, "softcap", None) is None
+                       and getattr(layer, "rope_kind", "global") == "global" for layer in dec.layers)
+    return (plain_config and plain_layers and dec.rope is not None and getattr(dec, "local_rope", None) is None
             and getattr(dec.rope, "kind", None) not in ("longrope", "dynamic")  # position-dependent tables
-            and not c.qk_norm and dec.positions is None and dec.dtype == torch.float32
+            and dec.positions is None and dec.dtype == torch.float32
             and dec.embed.device.type == "cpu" and dec.quant != "int8"
             and all(lin.fallback is None for lin in dec.linears()))
 

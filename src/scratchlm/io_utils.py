@@ -140,7 +140,7 @@ def _fsync_tree(root: Path) -> None:
                 os.close(fd)
 
 
-def _exchange(a: Path, b: Path) -> bool:
+def exchange_paths(a: Path, b: Path) -> bool:
     """Atomically exchange two paths with Linux renameat2(RENAME_EXCHANGE); False where unsupported."""
     try:
         fn = ctypes.CDLL(None, use_errno=True).renameat2
@@ -156,7 +156,7 @@ def swap_in_dir(new: Path, path: Path) -> None:
     if not path.exists() or (path.is_dir() and not any(path.iterdir())):
         os.replace(new, path)  # rename over an empty directory is atomic on POSIX
         return
-    if _exchange(new, path):
+    if exchange_paths(new, path):
         shutil.rmtree(new)
         return
     old = path.parent / f".{path.name}.old-{os.getpid()}"

@@ -40,7 +40,7 @@ def test_check_output_path_refuses_what_it_did_not_create(tmp_path):
 @pytest.mark.parametrize("exchange", [True, False])
 def test_atomic_output_dir_swaps_in_whole_or_not_at_all(tmp_path, monkeypatch, exchange):
     if not exchange:  # the two-rename fallback (non-Linux)
-        monkeypatch.setattr(io_utils, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(io_utils, "exchange_paths", lambda a, b: False)
     out = tmp_path / "out"
     out.mkdir()
     (out / "old.txt").write_text("old")

@@ -7,8 +7,8 @@ optimizer update and before any save, when
       average of the training loss (EMA, m_n = beta * m_{n-1} + (1 - beta) * loss_n, bias-corrected by
       1 - beta^n, beta = 0.9); spike_factor = 0 turns this check off; or
     - before a checkpoint is written: a weight is inf/NaN, or the loss of the weights about to be saved
-      on a fixed probe batch of training windows spikes by the same rule (the last update may have
-      blown them up after the step's own loss was measured).
+      on the last step's first micro-batch spikes by the same rule (the last update may have blown them
+      up after the step's own loss was measured; the batch it was computed on shows it first).
 So the checkpoint on disk always holds weights whose loss passed the guard. The running average is
 part of the trainer state, so a resumed run applies the same rule as an uninterrupted one.
 """

@@ -97,6 +97,7 @@ class Trainer:
         self.peak = PeakTracker(cfg.peak_gflops, dtype, self.info.device)  # private RNG: before and after restore
         self.state = self._start_or_resume(resume)
         self.guard = DivergenceGuard(cfg.spike_factor, self.state.loss_ema, self.state.loss_ema_steps)
+        self._last_batch: tuple[torch.Tensor, torch.Tensor] | None = None
         # compile=true compiles forward *and* loss as one graph: inductor fuses the (B*T, V) log-softmax
         # with the LM head's output instead of materialising fp32 logits (1.6x faster than compiling the
         # model alone in benchmarks/train_step.py)
@@ -156,6 +157,7 @@ class Trainer:
         total = torch.zeros((), device=self.info.device)
         batches = list(self.data.step_batches(step, cfg.batch_size, cfg.grad_accum, self.info.rank,
                                               self.info.world_size))
+        self._last_batch = batches[0]  # the divergence guard's probe before a save
         for m, batch in enumerate(batches):
             x, y = to_device(batch, self.info.device)
             sync = m == len(batches) - 1 or not hasattr(self.model, "no_sync")
@@ -192,9 +194,11 @@ class Trainer:
 
     @torch.no_grad()
     def _probe_loss(self) -> float:
-        """Loss of the current weights on the data's fixed probe windows (the same on every rank)."""
+        """Loss of the current weights on the last step's first micro-batch (each rank its own; averaged):
+        the data the last update was computed on, so a blow-up by that update shows there first."""
         model = self.model if self.cfg.fsdp else self.raw_model
-        x, y = to_device(self.data.probe_batch(self.cfg.batch_size), self.info.device)
+        batch = self._last_batch if self._last_batch is not None else self.data.probe_batch(self.cfg.batch_size)
+        x, y = to_device(batch, self.info.device)
         return float(D.all_reduce_mean(self._loss(x, y, model=model).float(), self.info))
 
     def _weights_finite(self) -> bool:

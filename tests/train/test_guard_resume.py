@@ -124,7 +124,7 @@ def test_resume_restores_rng_exactly_and_seeds_python_numpy(tmp_path, tokens):
     """The peak measurement (peak_gflops=0) no longer draws from the restored torch RNG."""
     full = tiny_config(tmp_path, out_dir=str(tmp_path / "full"), max_steps=6, peak_gflops=0.0, seed=7)
     train(full)
-    part = full.with_overrides({"out_dir": str(tmp_path / "part"), "stop_at_step": 3})
+    part = full.with_overrides({"out_dir": str(tmp_path / "part"), "stop_at_step": 2})
     torch.manual_seed(123)  # whatever the process did before must not matter
     random.seed(5)
     np.random.seed(5)
@@ -192,9 +192,9 @@ def test_two_thread_resume_is_bit_identical(tmp_path, tokens):
     torch.set_num_threads(2)
     try:
         extra = {"model.attn_impl": "sdpa", "model.ops_impl": "fused", "optimizer_impl": "torch", "loss_impl": "torch"}
-        full = tiny_config(tmp_path, out_dir=str(tmp_path / "full"), max_steps=6, eval_interval=6, **extra)
+        full = tiny_config(tmp_path, out_dir=str(tmp_path / "full"), max_steps=4, eval_interval=4, **extra)
         train(full)
-        part = full.with_overrides({"out_dir": str(tmp_path / "part"), "stop_at_step": 3})
+        part = full.with_overrides({"out_dir": str(tmp_path / "part"), "stop_at_step": 2})
         train(part)
         train(part.with_overrides({"stop_at_step": 0}), resume=True)
         assert {s: r["loss"] for s, r in _records(tmp_path / "full").items()} == {

@@ -35,9 +35,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
-    """Flags for SamplingParams, max_new_tokens, seed and stop strings."""
+    """Flags for SamplingParams, max_new_tokens (default: `max_new_tokens`, capped to the context), seed, stops."""
     d = SamplingParams()
-    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"tokens to generate (default: {max_new_tokens}, capped to what fits the model's context, "
+                        "said on stderr; an explicit value that does not fit is an error)")
+    p.set_defaults(default_max_new_tokens=max_new_tokens)
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=d.top_k, help="0 = off")
     p.add_argument("--top-p", type=float, default=d.top_p, help="1 = off")
@@ -62,12 +65,45 @@ def load_for_generation(args: argparse.Namespace) -> tuple[TransformerLM, Any]:
 
     model = load_model(args.checkpoint, attn_impl=args.attn).eval().to(DTYPES[args.dtype])
     tokenizer = Tokenizer.load(args.tokenizer or args.checkpoint)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(
-            f"tokenizer vocab_size {tokenizer.vocab_size} > model vocab_size {model.config.vocab_size}; "
-            "pass the tokenizer the model was trained with (--tokenizer DIR)"
-        )
+    check_tokenizer_matches(model.config.vocab_size, tokenizer.vocab_size, args.checkpoint, args.tokenizer)
     return model, tokenizer
+
+
+def check_tokenizer_matches(model_vocab: int, tok_vocab: int, checkpoint: str, tokenizer_dir: str | None) -> None:
+    """Refuse a tokenizer that cannot be the model's: larger than its vocabulary, or (--tokenizer) of another
+    size than the tokenizer stored with the checkpoint; a smaller one without a reference is a stderr note."""
+    from scratchlm.tokenizer import Tokenizer
+
+    fix = "pass the tokenizer the model was trained with (--tokenizer DIR), or leave --tokenizer out"
+    if tok_vocab > model_vocab:
+        raise ValueError(f"tokenizer vocab_size {tok_vocab} > model vocab_size {model_vocab}; {fix}")
+    if tokenizer_dir is not None and tok_vocab != model_vocab:
+        try:
+            own = Tokenizer.load(checkpoint).vocab_size
+        except (FileNotFoundError, ValueError):
+            own = None
+        if own is not None and own != tok_vocab:
+            raise ValueError(f"--tokenizer {tokenizer_dir} has {tok_vocab} tokens but {checkpoint} was saved with a "
+                             f"{own}-token tokenizer (model vocab_size {model_vocab}); its ids would decode to "
+                             f"garbage. {fix}")
+        if own is None:
+            print(f"note: the tokenizer has {tok_vocab} tokens and the model {model_vocab}; sampled ids >= "
+                  f"{tok_vocab} cannot be decoded", file=sys.stderr)
+
+
+def fit_max_new_tokens(args: argparse.Namespace, prompt_len: int, max_seq_len: int) -> int:
+    """--max-new-tokens, or its default capped to the room left after the prompt (said on stderr)."""
+    if args.max_new_tokens is not None:
+        return args.max_new_tokens  # explicit: the engine refuses it with the largest value that fits
+    room = max_seq_len - prompt_len
+    if room <= 0:
+        raise ValueError(f"--prompt is {prompt_len} tokens, which fills the model's {max_seq_len}-token context; "
+                         "shorten it")
+    n = min(args.default_max_new_tokens, room)
+    if n < args.default_max_new_tokens:
+        print(f"[--max-new-tokens {n}: the default {args.default_max_new_tokens} does not fit the model's "
+              f"{max_seq_len}-token context after the {prompt_len}-token prompt]", file=sys.stderr)
+    return n
 
 
 def write_stream(deltas) -> str:
@@ -85,7 +121,9 @@ def run_generate(args: argparse.Namespace) -> int:
     prompt = tokenizer.encode(args.prompt)
     if not prompt:
         raise ValueError("--prompt encodes to no tokens; give some text")
-    write_stream(stream_generate(model, tokenizer, prompt, args.max_new_tokens, **sampling_kwargs(args)))
+    kw = sampling_kwargs(args)
+    n_new = fit_max_new_tokens(args, len(prompt), model.config.max_seq_len)
+    write_stream(stream_generate(model, tokenizer, prompt, n_new, **kw))
     sys.stdout.write("\n")
     return 0
 

@@ -18,6 +18,7 @@ from scratchlm.nn.activations import ACTIVATIONS
 from scratchlm.nn.attention import ATTN_IMPLS
 from scratchlm.nn.ffn import swiglu_hidden_dim
 from scratchlm.nn.rope import ROPE_STYLES
+from scratchlm.nn.rope_scaling import check_rope_scaling
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "norm": ("rmsnorm", "layernorm"),
@@ -56,11 +57,13 @@ class ModelConfig:
     pos_embedding: str = "rope"
     rope_style: str = "half"
     rope_base: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None  # nn/rope_scaling.py: linear, dynamic, llama3, yarn, longrope
     norm_placement: str = "pre"
     tie_embeddings: bool = True
     attn_impl: str = "reference"
     ops_impl: str = "reference"  # "fused": norms, activations and RoPE through torch's fused kernels
     init_std: float = 0.02
+    hf_family: str | None = None  # export preference only (no effect on the math): the HF model_type it came from
     # names of the fields filled in by __post_init__ (re-derived by `replace` unless given)
     derived: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -102,6 +105,13 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.norm_eps must be > 0, got {self.norm_eps}")
         if not self.rope_base > 1:
             raise ValueError(f"ModelConfig.rope_base must be > 1, got {self.rope_base}")
+        if self.rope_scaling is not None:
+            if self.pos_embedding != "rope":
+                raise ValueError(f"ModelConfig.rope_scaling needs pos_embedding='rope', got {self.pos_embedding!r}")
+            self.rope_scaling = dict(self.rope_scaling)
+            check_rope_scaling(self.rope_scaling, self.head_dim)
+        if self.hf_family is not None and not isinstance(self.hf_family, str):
+            raise ValueError(f"ModelConfig.hf_family must be an HF model_type string or None, got {self.hf_family!r}")
         if not self.init_std > 0:
             raise ValueError(f"ModelConfig.init_std must be > 0, got {self.init_std}")
 

@@ -87,7 +87,7 @@ class Decoder(nn.Module):
             self.embed_positions = SinusoidalPositions(config.max_seq_len, config.d_model)
         elif config.pos_embedding == "rope":
             rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_base, config.rope_style,
-                                   fused=config.fused_ops)
+                                   fused=config.fused_ops, scaling=config.rope_scaling)
         self.rotary_emb = rope
         self.layers = nn.ModuleList(Block(config, rope) for _ in range(config.n_layers))
         # post-norm blocks already end in a norm; pre-norm needs a final one

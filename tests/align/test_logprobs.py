@@ -7,7 +7,7 @@ import torch
 
 from scratchlm.align.logprobs import (completion_logprobs, entropy, masked_mean, masked_normalize, masked_sum,
                                       response_log_probs, sequence_logprobs, token_logprobs)
-from scratchlm.align.tokenize import prompt_output_tensors, tokenize_prompt_and_output
+from scratchlm.align.prompt_output import prompt_output_tensors, tokenize_prompt_and_output
 from scratchlm.config import get_preset
 from scratchlm.model import TransformerLM
 

@@ -44,7 +44,7 @@ def test_convert_from_hf_then_back(hf_dir, tmp_path, capsys):
         assert (load_model(ours_dir)(ids) - expected).abs().max().item() <= 1e-4
     assert (ours_dir / "tokenizer.json").read_bytes() == (hf_dir / "tokenizer.json").read_bytes()
     hf_tok = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
-    assert ScratchTokenizer.load(ours_dir).encode(TEXT) == hf_tok.encode(TEXT).ids  # scratchlm's own files
+    assert ScratchTokenizer.load(ours_dir).encode(TEXT) == hf_tok.encode(TEXT).ids  # the copied tokenizer.json
 
     assert main(["convert", "--to-hf", str(ours_dir), "--out", str(back_dir), "--max-shard-size", "40KB"]) == 0
     assert (back_dir / "model.safetensors.index.json").exists()
@@ -69,8 +69,9 @@ def test_convert_errors_are_one_line(hf_dir, tmp_path, capsys):
     assert "already holds" in capsys.readouterr().err  # the output guard refuses first
     assert main(["convert", "--from-hf", str(hf_dir), "--out", str(hf_dir), "--overwrite"]) == 2
     assert "source directory" in capsys.readouterr().err
-    assert main(["convert", "--to-hf", str(hf_dir), "--out", str(tmp_path / "o")]) == 2
-    assert "Hugging Face config" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("not a model")
+    assert main(["convert", "--to-hf", str(tmp_path / "notes.txt"), "--out", str(tmp_path / "o")]) == 2
+    assert "is a file but not a GGUF file" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +112,7 @@ def test_from_hf_with_unsupported_tokenizer_copies_it_and_says_why(tmp_path, cap
     build_hf("llama_tied_gqa").save_pretrained(src)
     Tokenizer(tok_models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]")).save(str(src / "tokenizer.json"))
     assert main(["convert", "--from-hf", str(src), "--out", str(tmp_path / "ours")]) == 0
-    assert "not converted to scratchlm's format" in capsys.readouterr().out
+    assert "scratchlm cannot run this tokenizer" in capsys.readouterr().out
     assert (tmp_path / "ours" / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ValueError, match="model type 'WordLevel' is not supported"):
         ScratchTokenizer.load(tmp_path / "ours")

@@ -36,8 +36,9 @@ def _with_config(src, dst, **changes):
 @pytest.mark.parametrize("changes,field", [
     (dict(model_type="mistral"), "model_type"),
     (dict(architectures=["LlamaForSequenceClassification"]), "architectures"),
-    (dict(rope_parameters={"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}), "rope_parameters.rope_type"),
-    (dict(rope_parameters=None, rope_theta=1e4, rope_scaling={"type": "linear", "factor": 2.0}), "rope_scaling.rope_type"),
+    (dict(rope_parameters={"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}), "high_freq_factor"),
+    (dict(rope_parameters={"rope_type": "proportional", "rope_theta": 1e4}), "rope_parameters.rope_type"),
+    (dict(rope_parameters=None, rope_theta=1e4, rope_scaling={"type": "mrope", "factor": 2.0}), "rope_parameters.rope_type"),
     (dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
      "partial_rotary_factor"),
     (dict(use_sliding_window=True, sliding_window=16), "use_sliding_window"),

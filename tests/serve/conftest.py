@@ -1,11 +1,12 @@
 """Serve test fixtures: a tiny checkpoint built once, and the real server started on a free loopback port.
 
-The server runs as `python -m scratchlm.cli.main serve --checkpoint DIR --port 0 --api-key KEY` in a
-subprocess (exactly what a user runs); the URL is read from the line it prints on start.
+The server runs as `SCRATCHLM_API_KEY=KEY python -m scratchlm.cli.main serve --checkpoint DIR --port 0` in
+a subprocess (exactly what a user runs); the URL is read from the line it prints on start.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -15,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+
+from scratchlm.serve import API_KEY_ENV
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -26,6 +29,10 @@ class LiveServer:
     url: str  # http://127.0.0.1:PORT
     checkpoint: Path
     process: subprocess.Popen
+
+    @property
+    def log(self) -> str:
+        return (self.checkpoint.parent / "server.log").read_text()
 
     @property
     def api(self) -> str:
@@ -76,9 +83,10 @@ def _wait_for_url(process: subprocess.Popen, timeout: float) -> str:
 @pytest.fixture(scope="session")
 def server(tiny_checkpoint: Path) -> LiveServer:
     cmd = [sys.executable, "-m", "scratchlm.cli.main", "serve", "--checkpoint", str(tiny_checkpoint), "--port", "0",
-           "--api-key", API_KEY, "--max-body-bytes", str(MAX_BODY), "--threads", "1"]
+           "--max-body-bytes", str(MAX_BODY), "--threads", "1"]
     log = open(tiny_checkpoint.parent / "server.log", "w")  # stderr to a file: a full pipe would block the server
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+    env = {**os.environ, API_KEY_ENV: API_KEY}  # the key from the environment: not visible in `ps`
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
     try:
         yield LiveServer(_wait_for_url(process, 120), tiny_checkpoint, process)
     finally:

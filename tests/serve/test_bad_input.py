@@ -53,7 +53,32 @@ CASES = [
      None),
     ("too-many-stops", "/completions", {**GOOD_COMPLETION, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop", None),
     ("empty-stop", "/completions", {**GOOD_COMPLETION, "stop": ""}, 400, "stop", None),
-    ("logprobs-unsupported", "/completions", {**GOOD_COMPLETION, "logprobs": 3}, 400, "logprobs", None),
+    ("logprobs-too-many", "/completions", {**GOOD_COMPLETION, "logprobs": 21}, 400, "logprobs", None),
+    ("top-logprobs-without-logprobs", "/chat/completions", {**GOOD_CHAT, "top_logprobs": 2}, 400, "top_logprobs",
+     None),
+    ("logit-bias-unsupported", "/completions", {**GOOD_COMPLETION, "logit_bias": {"5": 10}}, 400, "logit_bias",
+     None),
+    ("suffix-unsupported", "/completions", {**GOOD_COMPLETION, "suffix": "end"}, 400, "suffix", None),
+    ("functions-unsupported", "/chat/completions", {**GOOD_CHAT, "functions": [{"name": "f"}]}, 400, "functions",
+     None),
+    ("unknown-field", "/chat/completions", {**GOOD_CHAT, "temprature": 0.5}, 400, "temprature", None),
+    ("unknown-message-field", "/chat/completions",
+     {**GOOD_CHAT, "messages": [{"role": "user", "content": "hi", "nme": "x"}]}, 400, "messages.0.nme", None),
+    ("best-of-unsupported", "/completions", {**GOOD_COMPLETION, "best_of": 3}, 400, "best_of", None),
+    ("repetition-penalty-zero", "/completions", {**GOOD_COMPLETION, "repetition_penalty": 0}, 400,
+     "repetition_penalty", None),
+    ("schema-outside-subset", "/chat/completions",
+     {**GOOD_CHAT, "response_format": {"type": "json_schema", "json_schema": {
+         "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "^a"}}}}}},
+     400, "response_format.json_schema.schema", "unsupported_schema"),
+    ("json-schema-missing", "/chat/completions", {**GOOD_CHAT, "response_format": {"type": "json_schema"}}, 400,
+     "response_format.json_schema", None),
+    ("response-format-unknown", "/chat/completions", {**GOOD_CHAT, "response_format": {"type": "yaml"}}, 400,
+     "response_format.type", None),
+    ("stop-with-json", "/chat/completions", {**GOOD_CHAT, "stop": "}", "response_format": {"type": "json_object"}},
+     400, "stop", None),
+    ("json-max-tokens-too-small", "/completions",
+     {**GOOD_COMPLETION, "max_tokens": 1, "response_format": {"type": "json_object"}}, 400, "max_tokens", None),
     ("body-not-object", "/completions", [1, 2, 3], 400, None, None),
     ("too-many-choices", "/completions", {**GOOD_COMPLETION, "prompt": ["a"] * 5, "n": 16}, 400, "prompt", None),
 ]
@@ -111,8 +136,57 @@ def test_oversize_body_chunked(server):
             yield b"x" * 1000
         yield b'"}'
 
-    r = httpx.post(server.api + "/completions", content=chunks(), headers=server.headers(), timeout=30)
+    headers = {**server.headers(), "Content-Type": "application/json"}
+    r = httpx.post(server.api + "/completions", content=chunks(), headers=headers, timeout=30)
     assert_openai_error(r, 413)
+
+
+def test_unsupported_fields_are_named(server):
+    body = {**GOOD_CHAT, "logit_bias": {"1": 2}, "functions": [], "temprature": 1}
+    err = assert_openai_error(post(server, "/chat/completions", json.dumps(body)), 400)
+    assert "'logit_bias'" in err["message"] and "'functions'" in err["message"]  # every one named, with why
+    err = assert_openai_error(post(server, "/chat/completions", json.dumps({**GOOD_CHAT, "temprature": 1})), 400)
+    assert "'temprature'" in err["message"] and "temperature" in err["message"]  # the fields it does take
+
+
+@pytest.mark.parametrize("digits", [5000, 12_000])
+def test_huge_integer_is_a_400_without_internals(server, digits):
+    raw = '{"model": "tiny", "prompt": "hi", "max_tokens": ' + "7" * digits + "}"
+    err = assert_openai_error(post(server, "/completions", raw), 400)
+    message = err["message"].lower()
+    assert "digits" in message and "exceeds the limit" not in message and "int_max_str_digits" not in message
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None,
+                                          "multipart/form-data; boundary=x"])
+def test_only_json_bodies(server, content_type):
+    """A browser can send text/plain or form bodies cross-site without a CORS preflight: refuse them."""
+    headers = {**server.headers(), **({"Content-Type": content_type} if content_type else {})}
+    r = httpx.post(server.api + "/chat/completions", content=json.dumps(GOOD_CHAT), headers=headers, timeout=30)
+    if content_type is None:  # httpx sends no Content-Type for raw bytes
+        assert "content-type" not in r.request.headers
+    assert assert_openai_error(r, 415)["code"] == "unsupported_media_type"
+
+
+def test_host_allow_list_on_loopback(server):
+    """DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends Host: evil.example."""
+    port = server.url.rsplit(":", 1)[1]
+    for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}"):
+        r = httpx.get(server.api + "/models", headers={**server.headers(), "Host": host}, timeout=30)
+        err = assert_openai_error(r, 400)
+        assert err["code"] == "invalid_host" and "--allowed-hosts" in err["message"]
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "localhost", f"LOCALHOST:{port}"):
+        r = httpx.get(server.api + "/models", headers={**server.headers(), "Host": host}, timeout=30)
+        assert r.status_code == 200, host
+
+
+def test_no_cors_by_default(server):
+    origin = {"Origin": "http://evil.example"}
+    pre = httpx.options(server.api + "/chat/completions", timeout=30, headers={
+        **origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"})
+    assert pre.status_code in (400, 405) and "access-control-allow-origin" not in pre.headers
+    r = httpx.get(server.api + "/models", headers={**server.headers(), **origin}, timeout=30)
+    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
 
 
 def test_missing_api_key(server):

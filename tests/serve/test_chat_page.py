@@ -1,6 +1,10 @@
-"""The chat page in a real headless browser (Debian chromium driven by playwright): type a message,
-watch the reply stream in, check it equals the engine's greedy reply, then a second turn that sends
-the whole conversation back."""
+"""The chat page in a real headless browser (Debian chromium driven by playwright).
+
+Before a key is typed the page asks nothing that needs one (no 401 in the console). Then three turns on a
+384-token model with max_tokens 150: each reply equals the engine's greedy reply to exactly the messages
+the page sent; by the third turn the conversation no longer fits, so the page leaves the oldest turn out
+and says so; every reply shows its token counts (the prompt count equals the chat template's). Over the
+whole session the browser logs no console error, no page error and no failed or >= 400 request."""
 
 from __future__ import annotations
 
@@ -9,30 +13,31 @@ import json
 import pytest
 from playwright.sync_api import sync_playwright
 
-from tiny_checkpoint import API_KEY, MODEL
+from scratchlm.tokenizer import render_chat
+
 from serve_helpers import ref_chat
+from tiny_checkpoint import API_KEY, CONTEXT, MODEL
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-WATCH = """() => {
-  window.__snapshots = [];
-  new MutationObserver(() => {
-    const all = document.querySelectorAll('#messages .assistant');
-    if (all.length) window.__snapshots.push(all[all.length - 1].textContent);
-  }).observe(document.getElementById('messages'), {subtree: true, childList: true, characterData: true});
-}"""
+MAX_TOKENS = 150
 
 
 @pytest.fixture
-def page(server, tmp_path):
+def browser_page(server, tmp_path):
+    problems: list[str] = []
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=ARGS)
         try:
             page = context.new_page()
+            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            page.on("requestfailed", lambda r: problems.append(f"failed: {r.url}"))
+            page.on("response", lambda r: problems.append(f"{r.status}: {r.url}") if r.status >= 400 else None)
             page.goto(server.url + "/")
-            yield page
+            yield page, problems
         finally:
             context.close()
 
@@ -44,33 +49,39 @@ def set_value(page, selector: str, value: str) -> None:
 def send(page, text: str) -> None:
     page.fill("#input", text)
     page.press("#input", "Enter")
-    page.wait_for_function("() => document.getElementById('status').textContent.startsWith('done')", timeout=60_000)
+    page.wait_for_function("() => /^(done|error)/.test(document.getElementById('status').textContent)",
+                           timeout=60_000)
+    assert page.text_content("#status").startswith("done"), page.text_content("#status")
 
 
-def test_chat_page_streams_a_reply_and_keeps_the_conversation(page, reference):
+def test_chat_page_trims_history_counts_tokens_and_logs_no_errors(browser_page, reference):
+    page, problems = browser_page
+    page.wait_for_function(f"() => document.getElementById('model').textContent === '{MODEL}'", timeout=30_000)
+    assert page.text_content("#context") == str(CONTEXT) and "API key" in page.text_content("#status")
+    page.wait_for_timeout(200)
+    assert problems == []  # nothing asked before the key: no 401 in the console
+
     page.fill("#api_key", API_KEY)
     page.dispatch_event("#api_key", "change")
-    page.wait_for_function(f"() => document.getElementById('model').textContent === '{MODEL}'", timeout=30_000)
     set_value(page, "#temperature", "0")
-    set_value(page, "#max_tokens", "300")
+    set_value(page, "#max_tokens", str(MAX_TOKENS))
     bodies: list[dict] = []
-    page.on("request", lambda r: bodies.append(json.loads(r.post_data)) if r.method == "POST" else None)
-    page.evaluate(WATCH)
-
-    first = "Good morrow, what news?"
-    send(page, first)
-    reply = page.locator("#messages .assistant").last.text_content()
-    turn1 = [{"role": "user", "content": first}]
-    assert reply == ref_chat(reference, turn1, 300)
-    snapshots = page.evaluate("window.__snapshots")
-    partial = [s for s in snapshots if s and s != reply]
-    assert partial and all(reply.startswith(s) for s in partial)  # the reply grew in steps: it streamed
-    assert bodies[0]["stream"] is True and bodies[0]["messages"] == turn1 and bodies[0]["temperature"] == 0
-
-    set_value(page, "#max_tokens", "16")
-    second = "And then?"
-    send(page, second)
-    turn2 = turn1 + [{"role": "assistant", "content": reply}, {"role": "user", "content": second}]
-    assert bodies[1]["messages"] == turn2 and bodies[1]["max_tokens"] == 16
-    assert page.locator("#messages .assistant").last.text_content() == ref_chat(reference, turn2, 16)
-    assert page.locator("#messages .user").count() == 2
+    page.on("request", lambda r: bodies.append(json.loads(r.post_data))
+            if r.url.endswith("/v1/chat/completions") else None)
+    _, tok = reference
+    sent_turns = []
+    for i, text in enumerate(["Good morrow, what news?", "And then?", "Speak again."]):
+        send(page, text)
+        sent = bodies[-1]["messages"]
+        reply = page.locator("#messages .assistant").last.text_content()
+        assert reply == ref_chat(reference, sent, bodies[-1]["max_tokens"])
+        prompt = len(render_chat(tok, sent, add_generation_prompt=True)[0])
+        assert prompt + bodies[-1]["max_tokens"] <= CONTEXT
+        counts = page.locator("#messages .tokens").last.text_content()
+        assert counts.startswith(f"{prompt} prompt + ") and f"(context {CONTEXT})" in counts
+        sent_turns.append(sent)
+    assert sent_turns[1][:2] == [sent_turns[0][0], {"role": "assistant", "content": sent_turns[1][1]["content"]}]
+    assert sent_turns[2][0] == sent_turns[1][2]  # turn 1 (question + reply) was left out of turn 3
+    assert len(sent_turns[2]) == 3 and page.locator("#messages .trimmed").count() == 2
+    assert "no longer fits" in page.locator("#messages .notice").last.text_content()
+    assert problems == []

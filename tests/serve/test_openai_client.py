@@ -127,3 +127,38 @@ def test_several_prompts_times_n(server, reference):
     assert [ch.text for ch in out.choices] == expected
     _, tok = reference
     assert out.usage.prompt_tokens == sum(len(tok.encode(p)) for p in prompts)
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-30, 1e-8])
+def test_tiny_temperature_is_the_greedy_limit(server, reference, temperature):
+    """l / T overflows float32 for tiny T (inf - inf = NaN in softmax); the answer must be the greedy one."""
+    out = client(server).completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=temperature,
+                                            seed=4)
+    assert out.choices[0].text == ref_completion(reference, PROMPT, 16)
+
+
+def test_tiny_temperature_sampler_picks_the_argmax():
+    from scratchlm.generate.sampling import SamplingParams, choose_next_token, make_generator
+
+    logits = torch.randn(8, 300, generator=torch.Generator().manual_seed(0)) * 40
+    for seed in range(5):
+        picked = choose_next_token(logits, SamplingParams(temperature=1e-40), generator=make_generator(seed))
+        assert picked.tolist() == logits.argmax(dim=-1).tolist()
+
+
+def test_repetition_penalty_matches_reference_loop(server, reference):
+    """The repetition_penalty extension (HF's definition, on the generated tokens) against a full-forward loop."""
+    from scratchlm.generate.sampling import apply_repetition_penalty
+
+    model, tok = reference
+    ids = tok.encode(PROMPT)
+    counts = torch.zeros(1, model.config.vocab_size)
+    new: list[int] = []
+    with torch.no_grad():
+        for _ in range(16):
+            nxt = int(apply_repetition_penalty(model(torch.tensor([ids + new]))[:, -1], counts, 1.8).argmax())
+            new.append(nxt)
+            counts[0, nxt] += 1
+    out = client(server).completions.create(model=MODEL, prompt=ids, max_tokens=16, temperature=0,
+                                            extra_body={"repetition_penalty": 1.8})
+    assert out.choices[0].text == tok.decode(new)

@@ -123,7 +123,7 @@ def _peak_streaming_bytes(tok: Tokenizer, lines: list[str], copies: int) -> tupl
         for _ in range(copies):
             yield from lines
 
-    tok._cache.clear()
+    tok.model.clear_cache()
     tracemalloc.start()
     try:
         n = sum(1 for _ in tok.encode_iterable(stream()))

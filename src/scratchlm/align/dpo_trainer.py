@@ -6,15 +6,15 @@ then splits it in two (trl's layout). The reference defaults to a frozen copy of
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
+from scratchlm.align.checkpoint import AlignCheckpointer, CheckpointOptions
 from scratchlm.align.dpo import DPO_LOSS_TYPES, dpo_loss
 from scratchlm.align.logprobs import sequence_logprobs
-from scratchlm.align.trainer_common import OptimConfig, Stepper, frozen_copy, index_batches
+from scratchlm.align.trainer_common import IndexBatches, OptimConfig, Stepper, make_reference, run_loop
 from scratchlm.model import TransformerLM
 
 Pair = tuple[list[int], list[int], list[int]]  # prompt ids, chosen ids, rejected ids
@@ -57,15 +57,19 @@ def preference_accuracy(model: TransformerLM, pairs: list[Pair], batch_size: int
 
 
 def train_dpo(model: TransformerLM, pairs: list[Pair], cfg: DPOTrainConfig, ref: TransformerLM | None = None,
-              progress: bool = True) -> list[dict[str, Any]]:
-    """cfg.steps DPO steps in place on `model` against `ref` (default: a frozen copy of model now)."""
+              progress: bool = True, checkpoint: CheckpointOptions | None = None) -> list[dict[str, Any]]:
+    """cfg.steps DPO steps in place on `model` against `ref` (default: a frozen copy of model now, or the
+    base model under a LoRA policy); checkpoint: every-N-steps checkpoints and resume (align.checkpoint)."""
     torch.manual_seed(cfg.seed)
-    ref = ref if ref is not None else frozen_copy(model)
+    if ref is None:
+        ref, ref_part = make_reference(model)
+    else:
+        ref_part = ref
     stepper = Stepper([model], cfg.optim, cfg.steps)
-    batches = index_batches(len(pairs), min(cfg.batch_size, len(pairs)), cfg.seed)
-    history = []
-    bar = tqdm(range(cfg.steps), desc="dpo", disable=not progress)
-    for step in bar:
+    batches = IndexBatches(len(pairs), min(cfg.batch_size, len(pairs)), cfg.seed)
+    ckpt = AlignCheckpointer(checkpoint, model, stepper, {"reference": ref_part}, {"trainer": "dpo", **asdict(cfg)})
+
+    def step_fn(step: int) -> dict[str, Any]:
         batch = [pairs[i] for i in next(batches)]
         pc, pr, nc, nr = pair_logprobs(model, batch)
         with torch.no_grad():
@@ -73,6 +77,6 @@ def train_dpo(model: TransformerLM, pairs: list[Pair], cfg: DPOTrainConfig, ref:
         loss, metrics = dpo_loss(pc, pr, rc, rr, cfg.beta, cfg.loss_type, cfg.label_smoothing, nc, nr)
         loss.backward()
         grad_norm = stepper.step()
-        history.append({"step": step, "loss": float(loss.detach()), "grad_norm": grad_norm, **metrics})
-        bar.set_postfix(loss=f"{history[-1]['loss']:.4f}", acc=f"{metrics['rewards/accuracies']:.2f}")
-    return history
+        return {"step": step, "loss": float(loss.detach()), "grad_norm": grad_norm, **metrics}
+
+    return run_loop("dpo", cfg.steps, ckpt, batches, step_fn, progress, show=("loss", "rewards/accuracies"))

@@ -16,17 +16,17 @@ filter), so settings with and without dynamic sampling are comparable.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 import torch
-from tqdm import tqdm
 
 from scratchlm.align.grpo import (GRPOLossConfig, advantages_for, grpo_loss, informative_groups,
                                   soft_overlong_penalty)
+from scratchlm.align.checkpoint import AlignCheckpointer, CheckpointOptions
 from scratchlm.align.logprobs import completion_logprobs
 from scratchlm.align.rollout import Rollout, sample_rollouts, score_rollout
-from scratchlm.align.trainer_common import OptimConfig, Stepper, frozen_copy, index_batches
+from scratchlm.align.trainer_common import IndexBatches, OptimConfig, Stepper, make_reference, run_loop
 from scratchlm.data.align_data import RLPrompt
 from scratchlm.model import TransformerLM
 
@@ -117,28 +117,34 @@ def update_policy(model, ref, rollout: Rollout, adv: torch.Tensor, cfg: GRPOTrai
     return metrics
 
 
+def grpo_step(model, ref, tok: Any, examples: list[RLPrompt], batches, cfg: GRPOTrainConfig, stepper: Stepper,
+              step: int) -> dict[str, Any]:
+    """One rollout step (module docstring) -> its metrics record."""
+    rollout, info = collect_rollout(model, tok, examples, batches, cfg, step)
+    record: dict[str, Any] = {"step": step, **info,
+                              "mean_length": float(rollout.lengths.float().mean()) if rollout.prompts else 0.0}
+    if rollout.prompts:
+        adv = advantages_for(shaped_rewards(rollout, cfg), cfg.group_size, cfg.loss)
+        record.update(update_policy(model, ref, rollout, adv, cfg, stepper))
+    if not all(math.isfinite(v) for v in record.values() if isinstance(v, float)):
+        raise ValueError(f"GRPO step {step} produced non-finite metrics {record}; lower the learning rate")
+    return record
+
+
 def train_grpo(
     model: TransformerLM, tok: Any, examples: list[RLPrompt], cfg: GRPOTrainConfig,
     progress: bool = True, on_step: Callable[[dict[str, Any]], None] | None = None,
+    checkpoint: CheckpointOptions | None = None,
 ) -> list[dict[str, Any]]:
-    """Run cfg.steps GRPO-family steps in place on `model`; returns one metrics record per step."""
+    """Run cfg.steps GRPO-family steps in place on `model`; returns one metrics record per step.
+
+    checkpoint: every-N-steps checkpoints and resume (align.checkpoint); the reference is a frozen copy of
+    the starting model (saved with the checkpoint) or, under a LoRA policy, its base model."""
     torch.manual_seed(cfg.seed)
-    ref = frozen_copy(model) if cfg.loss.beta > 0 else None
+    ref, ref_part = make_reference(model) if cfg.loss.beta > 0 else (None, None)
     stepper = Stepper([model], cfg.optim, cfg.steps * cfg.num_iterations)
-    batches = index_batches(len(examples), cfg.prompts_per_step, cfg.seed)
-    history: list[dict[str, Any]] = []
-    bar = tqdm(range(cfg.steps), desc="grpo", disable=not progress)
-    for step in bar:
-        rollout, info = collect_rollout(model, tok, examples, batches, cfg, step)
-        record: dict[str, Any] = {"step": step, **info, "mean_length": float(rollout.lengths.float().mean())
-                                  if rollout.prompts else 0.0}
-        if rollout.prompts:
-            adv = advantages_for(shaped_rewards(rollout, cfg), cfg.group_size, cfg.loss)
-            record.update(update_policy(model, ref, rollout, adv, cfg, stepper))
-        if not all(math.isfinite(v) for v in record.values() if isinstance(v, float)):
-            raise ValueError(f"GRPO step {step} produced non-finite metrics {record}; lower the learning rate")
-        history.append(record)
-        bar.set_postfix(reward=f"{info['reward']:.3f}")
-        if on_step is not None:
-            on_step(record)
-    return history
+    batches = IndexBatches(len(examples), cfg.prompts_per_step, cfg.seed)
+    ckpt = AlignCheckpointer(checkpoint, model, stepper, {"reference": ref_part}, {"trainer": "grpo", **asdict(cfg)})
+    return run_loop("grpo", cfg.steps, ckpt, batches,
+                    lambda step: grpo_step(model, ref, tok, examples, batches, cfg, stepper, step),
+                    progress, show=("reward",), on_step=on_step)

@@ -99,7 +99,7 @@ def response_log_probs(
 ) -> dict[str, torch.Tensor]:
     """log pi(labels_t | input_ids_<=t) of any causal LM, (B, T) -> {"log_probs": (B, T)} (+ "token_entropy").
 
-    labels are input_ids shifted left by one (align.tokenize.tokenize_prompt_and_output builds both);
+    labels are input_ids shifted left by one (align.prompt_output.tokenize_prompt_and_output builds both);
     positions whose label is ignore_index get log-prob 0. Gradient flows unless under no_grad.
     """
     if labels.shape != input_ids.shape:

@@ -15,18 +15,18 @@ The critic is a copy of the starting policy with a zero-initialised value head.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 import torch
-from tqdm import tqdm
 
-from scratchlm.align.logprobs import completion_logprobs, pack_prompt_completion
+from scratchlm.align.checkpoint import AlignCheckpointer, CheckpointOptions
+from scratchlm.align.logprobs import completion_logprobs, model_device, pack_prompt_completion
 from scratchlm.align.ppo import (ValueModel, completion_values, gae, ppo_policy_loss, ppo_rewards, ppo_value_loss,
                                  whiten)
 from scratchlm.align.rollout import Rollout, per_token_over_rows, sample_rollouts, score_rollout
 from scratchlm.align.surrogate import aggregate_loss
-from scratchlm.align.trainer_common import OptimConfig, Stepper, frozen_copy, index_batches
+from scratchlm.align.trainer_common import IndexBatches, OptimConfig, Stepper, make_reference, run_loop
 from scratchlm.data.align_data import RLPrompt
 from scratchlm.model import TransformerLM
 
@@ -82,7 +82,7 @@ def ppo_update(model, critic, rollout: Rollout, t: dict[str, torch.Tensor], cfg:
                stepper: Stepper) -> dict[str, float]:
     """cfg.ppo_epochs passes of clipped policy + value updates, one optimizer step per micro-batch."""
     n, last = len(rollout.prompts), {}
-    device = model.lm_head.weight.device
+    device = model_device(model)
     for _ in range(cfg.ppo_epochs):
         for s in range(0, n, cfg.micro_batch):
             sl = slice(s, s + cfg.micro_batch)
@@ -103,25 +103,27 @@ def ppo_update(model, critic, rollout: Rollout, t: dict[str, torch.Tensor], cfg:
 
 def train_ppo(model: TransformerLM, tok: Any, examples: list[RLPrompt], cfg: PPOTrainConfig,
               progress: bool = True, on_step: Callable[[dict[str, Any]], None] | None = None,
-              ) -> tuple[list[dict[str, Any]], ValueModel]:
-    """cfg.steps PPO steps in place on `model`; returns per-step metrics and the trained critic."""
+              checkpoint: CheckpointOptions | None = None) -> tuple[list[dict[str, Any]], ValueModel]:
+    """cfg.steps PPO steps in place on `model`; returns per-step metrics and the trained critic.
+
+    checkpoint: every-N-steps checkpoints (policy, reference, critic, optimizer, RNG, data position) and
+    resume (align.checkpoint)."""
     torch.manual_seed(cfg.seed)
-    ref = frozen_copy(model)
-    critic = ValueModel(copy.deepcopy(model)).to(model.lm_head.weight.device)
+    ref, ref_part = make_reference(model)
+    critic = ValueModel(copy.deepcopy(model)).to(model_device(model))
     updates = cfg.ppo_epochs * -(-cfg.prompts_per_step // cfg.micro_batch)
     stepper = Stepper([model, critic], cfg.optim, cfg.steps * updates)
-    batches = index_batches(len(examples), cfg.prompts_per_step, cfg.seed)
-    history = []
-    bar = tqdm(range(cfg.steps), desc="ppo", disable=not progress)
-    for step in bar:
+    batches = IndexBatches(len(examples), cfg.prompts_per_step, cfg.seed)
+    ckpt = AlignCheckpointer(checkpoint, model, stepper, {"reference": ref_part, "critic": critic},
+                             {"trainer": "ppo", **asdict(cfg)})
+
+    def step_fn(step: int) -> dict[str, Any]:
         rollout = sample_rollouts(model, tok, examples, next(batches), 1, cfg.max_new_tokens, cfg.temperature,
                                   seed=cfg.seed * 1_000_003 + step)
         targets = ppo_targets(model, ref, critic, rollout, cfg)
-        record = {"step": step, "reward": float(rollout.rewards.mean()),
-                  "kl": float((targets["kl"] * targets["mask"]).sum(1).mean()),
-                  **ppo_update(model, critic, rollout, targets, cfg, stepper)}
-        history.append(record)
-        bar.set_postfix(reward=f"{record['reward']:.3f}")
-        if on_step is not None:
-            on_step(record)
+        return {"step": step, "reward": float(rollout.rewards.mean()),
+                "kl": float((targets["kl"] * targets["mask"]).sum(1).mean()),
+                **ppo_update(model, critic, rollout, targets, cfg, stepper)}
+
+    history = run_loop("ppo", cfg.steps, ckpt, batches, step_fn, progress, show=("reward",), on_step=on_step)
     return history, critic

@@ -61,8 +61,9 @@ def sample_rollouts(
                          "ratio and every completion of a group would be identical")
     prompts, ends, rows = [], [], []
     for i in example_ids:
-        ids = encode_prompt(tok, examples[i].prompt)
-        end = end_token(tok, examples[i].prompt)
+        ex = examples[i]
+        ids = ex.ids if ex.ids is not None else encode_prompt(tok, ex.prompt)
+        end = ex.end_id if ex.end_id is not None else end_token(tok, ex.prompt)
         prompts += [ids] * group_size
         ends += [end] * group_size
         rows += [i] * group_size

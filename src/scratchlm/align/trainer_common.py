@@ -1,4 +1,5 @@
-"""Pieces every post-training loop shares: optimizer steps, a frozen reference copy, batches, saving.
+"""Pieces every post-training loop shares: optimizer steps, the frozen reference, batches, the resumable
+step loop, saving.
 
 Reuses scratchlm.train: AdamW + parameter groups (build_optimizer), the LR schedules (lr_at) and
 global-norm clipping (clip_grad_norm). One optimizer step s:
@@ -13,14 +14,16 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
-from scratchlm.checkpoint import save_model
+from scratchlm.align.checkpoint import AlignCheckpointer
 from scratchlm.io_utils import atomic_write_text
 from scratchlm.model import TransformerLM
+from scratchlm.nn.lora import adapters_disabled, lora_layers
 from scratchlm.train.clip import clip_grad_norm
 from scratchlm.train.optim import build_optimizer
 from scratchlm.train.schedule import lr_at
@@ -77,6 +80,52 @@ def frozen_copy(model: TransformerLM) -> TransformerLM:
     return ref
 
 
+class BaseModelView(nn.Module):
+    """A LoRA policy with its adapters bypassed: the frozen base model, used as pi_ref without a copy."""
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        with adapters_disabled(self.policy):
+            return self.policy(input_ids)
+
+
+def make_reference(model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
+    """(pi_ref, the module a checkpoint must save for it): the base model itself for a LoRA policy (nothing to
+    save: it is the frozen part of the policy), else a frozen copy of the model as it is now."""
+    if lora_layers(model):
+        return BaseModelView(model), None
+    ref = frozen_copy(model)
+    return ref, ref
+
+
+def run_loop(name: str, total_steps: int, ckpt: AlignCheckpointer, batches: IndexBatches | None,
+             step_fn: Callable[[int], dict[str, Any]], progress: bool = True, show: tuple[str, ...] = ("loss",),
+             on_step: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Steps ckpt.start().step .. total_steps - 1 of `step_fn(step) -> metrics record`, checkpointing as due.
+
+    Resuming restores weights, optimizer, RNG, the data position and the history before the first step,
+    so the run continues exactly where the checkpoint left it. Returns the history of every step.
+    """
+    state = ckpt.start()
+    if batches is not None:
+        batches.restore(state.data)
+    bar = tqdm(range(state.step, total_steps), desc=name, disable=not progress, initial=state.step,
+               total=total_steps)
+    for step in bar:
+        record = step_fn(step)
+        state.history.append(record)
+        state.step = step + 1
+        state.data = batches.state() if batches is not None else {}
+        ckpt.after_step(state, total_steps)
+        bar.set_postfix({k: f"{record[k]:.4f}" for k in show if isinstance(record.get(k), float)})
+        if on_step is not None:
+            on_step(record)
+    return state.history
+
+
 def index_batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
     """Endless batches of indices into n items: shuffled epochs from a seeded RNG (wraps across epochs)."""
     if n <= 0 or batch_size <= 0:
@@ -92,10 +141,36 @@ def index_batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
         order = order[batch_size:]
 
 
-def save_run(model: TransformerLM, out_dir: str | Path, tok: Any | None, config: dict[str, Any],
-             history: list[dict[str, Any]]) -> Path:
-    """out_dir/config.json + model.safetensors (+ tokenizer files) + align_config.json + align_history.jsonl."""
-    out = save_model(model, out_dir)
+class IndexBatches:
+    """index_batches with a resumable position: the state is the number of batches drawn so far."""
+
+    def __init__(self, n: int, batch_size: int, seed: int) -> None:
+        self.n, self.batch_size, self.seed = n, batch_size, seed
+        self.drawn = 0
+        self._it = index_batches(n, batch_size, seed)
+
+    def __iter__(self) -> "IndexBatches":
+        return self
+
+    def __next__(self) -> list[int]:
+        self.drawn += 1
+        return next(self._it)
+
+    def state(self) -> dict[str, int]:
+        return {"batches_drawn": self.drawn}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue after state["batches_drawn"] batches (replayed from the seed: the order is a pure function)."""
+        self._it = index_batches(self.n, self.batch_size, self.seed)
+        self.drawn = 0
+        for _ in range(int(state.get("batches_drawn", 0))):
+            next(self)
+
+
+def save_run(out_dir: str | Path, tok: Any | None, config: dict[str, Any], history: list[dict[str, Any]]) -> Path:
+    """out_dir/ tokenizer files + align_config.json + align_history.jsonl (the model is written by the caller)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     if tok is not None:
         tok.save(out)
     atomic_write_text(out / "align_config.json", json.dumps(config, indent=2, default=str) + "\n")

@@ -1,8 +1,12 @@
 """Flags and helpers shared by `scratchlm sft|dpo|ppo|grpo`: load the policy, build OptimConfig, save the run.
 
-Every command reads a model dir (config.json + model.safetensors + tokenizer files), trains a copy
-in place, writes OUT (same layout, loadable by `scratchlm generate --checkpoint OUT`) plus
-align_config.json and align_history.jsonl, and prints one JSON summary line.
+Every command reads a model (--checkpoint: a scratchlm checkpoint dir, an HF model dir or a .gguf file,
+through scratchlm.loading), trains a copy in place and publishes OUT in one swap (align.run_dir): a
+scratchlm checkpoint (loadable by `scratchlm generate --checkpoint OUT`; the model's tokenizer, chat
+template and end-of-reply tokens travel with it) — or, for a LoRA run without --merge, the adapter in
+PEFT's layout (adapter_config.json + adapter_model.safetensors) with the same tokenizer files — plus
+align_config.json and align_history.jsonl, and prints one JSON summary line. While it trains,
+OUT/checkpoint is written every --checkpoint-every steps and --resume continues from it bit-identically.
 """
 
 from __future__ import annotations
@@ -15,15 +19,22 @@ from typing import Any
 
 import torch
 
+from scratchlm.align.checkpoint import CheckpointOptions
+from scratchlm.align.run_dir import prepare_run_dir, publish_run_dir
 from scratchlm.align.trainer_common import OptimConfig, save_run
-from scratchlm.checkpoint import load_model
+from scratchlm.checkpoint import save_model
+from scratchlm.cli.outputs import add_overwrite_arg
+from scratchlm.interop.peft_adapter import check_adapter_family, save_adapter
+from scratchlm.loading import load_pretrained, write_model_extras
 from scratchlm.model import TransformerLM
+from scratchlm.nn.lora import LORA_TARGETS, apply_lora, merge_lora
 from scratchlm.train.distributed import pick_device
 from scratchlm.train.schedule import SCHEDULES
 
 
 def add_common_args(p: argparse.ArgumentParser, data_help: str, lr: float, steps: int, schedule: str) -> None:
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="starting model dir (with tokenizer files)")
+    p.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="starting model: a scratchlm checkpoint dir, an HF model dir or a .gguf file")
     p.add_argument("--data", required=True, metavar="FILE.jsonl", help=data_help)
     p.add_argument("--out", required=True, metavar="DIR", help="where the trained model is written")
     p.add_argument("--steps", type=int, default=steps, help="optimizer steps (RL: rollout steps)")
@@ -35,6 +46,20 @@ def add_common_args(p: argparse.ArgumentParser, data_help: str, lr: float, steps
     p.add_argument("--seed", type=int, default=0, help="seeds data order, sampling and init of new heads")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto = cuda when available")
+    p.add_argument("--checkpoint-every", type=int, default=50, metavar="N",
+                   help="write OUT/checkpoint every N steps (0 = never); --resume continues from it")
+    p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out (same flags)")
+    add_overwrite_arg(p)
+
+
+def add_lora_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lora-r", type=int, default=0, metavar="R", help="train LoRA adapters of rank R (0 = full)")
+    p.add_argument("--lora-alpha", type=float, default=None, help="LoRA scale alpha (default 2 R): W + alpha/R BA")
+    p.add_argument("--lora-dropout", type=float, default=0.0, help="dropout on the adapter input")
+    p.add_argument("--lora-targets", default="q_proj,v_proj", metavar="NAMES",
+                   help=f"comma-separated layers to adapt, from {','.join(LORA_TARGETS)}")
+    p.add_argument("--merge", action="store_true",
+                   help="LoRA: write the merged plain checkpoint instead of the PEFT adapter")
 
 
 def add_rollout_args(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
@@ -51,14 +76,35 @@ def optim_from_args(args: argparse.Namespace) -> OptimConfig:
 
 
 def load_policy(args: argparse.Namespace) -> tuple[TransformerLM, Any]:
-    """(model in train mode, tokenizer) from --checkpoint; sets --threads and the seed."""
-    from scratchlm.tokenizer import Tokenizer
+    """(model in train mode, tokenizer) from --checkpoint, with LoRA adapters when --lora-r > 0; sets
+    --threads and the seed.
 
+    The whole LoadedModel is kept as args.loaded so `finish` writes its chat template and stop tokens."""
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = load_model(args.checkpoint).to(pick_device(args.device)).train()
-    return model, Tokenizer.load(args.checkpoint)
+    args.loaded = load_pretrained(args.checkpoint, keep_quantized=False)  # fine-tuning outdates ggml blocks
+    model = args.loaded.model.to(pick_device(args.device)).train()
+    if getattr(args, "lora_r", 0):
+        targets = [t.strip() for t in args.lora_targets.split(",") if t.strip()]
+        alpha = 2.0 * args.lora_r if args.lora_alpha is None else args.lora_alpha
+        apply_lora(model, targets, args.lora_r, alpha, args.lora_dropout)
+        if not args.merge:
+            check_adapter_family(model)  # before training: the adapter must be writable at the end
+    elif getattr(args, "merge", False):
+        raise ValueError("--merge folds LoRA adapters into the weights; it needs --lora-r > 0")
+    return model, args.loaded.tokenizer
+
+
+def prepare_output(args: argparse.Namespace) -> Path | None:
+    """Check and claim --out before any work (align.run_dir.prepare_run_dir)."""
+    if args.checkpoint_every < 0:
+        raise ValueError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    return prepare_run_dir(args.out, args.checkpoint, args.resume, args.overwrite)
+
+
+def checkpoint_options(args: argparse.Namespace) -> CheckpointOptions:
+    return CheckpointOptions(args.out, args.checkpoint_every, args.resume)
 
 
 def reward_summary(history: list[dict[str, Any]]) -> dict[str, float]:
@@ -68,11 +114,31 @@ def reward_summary(history: list[dict[str, Any]]) -> dict[str, float]:
             "reward_last_steps": sum(h["reward"] for h in history[-k:]) / k}
 
 
+def write_model(model: TransformerLM, directory: Path, args: argparse.Namespace) -> None:
+    """The trained model: a plain checkpoint, or for LoRA the PEFT adapter (merged into weights with --merge)."""
+    if not getattr(args, "lora_r", 0):
+        save_model(model, directory)
+    elif args.merge:
+        save_model(merge_lora(model), directory)
+    else:
+        save_adapter(model, directory, base_model=str(Path(args.checkpoint).resolve()))
+
+
 def finish(model: TransformerLM, tok: Any, args: argparse.Namespace, cfg: Any, history: list[dict[str, Any]],
-           summary: dict[str, Any]) -> int:
-    """Save the run to --out and print the JSON summary."""
+           summary: dict[str, Any], replaced: Path | None = None) -> int:
+    """Publish the run to --out in one swap and print the JSON summary."""
     config = {"command": args.command, "checkpoint": str(args.checkpoint), "data": str(args.data),
               "config": dataclasses.asdict(cfg)}
-    out = save_run(model, Path(args.out), tok, config, history)
+    if getattr(args, "lora_r", 0):
+        config["lora"] = {"r": args.lora_r, "alpha": 2.0 * args.lora_r if args.lora_alpha is None else args.lora_alpha,
+                          "dropout": args.lora_dropout, "targets": args.lora_targets, "merged": args.merge}
+
+    def fill(tmp: Path) -> None:
+        write_model(model, tmp, args)
+        save_run(tmp, tok, config, history)
+        if getattr(args, "loaded", None) is not None:
+            write_model_extras(args.loaded, tmp)
+
+    out = publish_run_dir(args.out, fill, replaced)
     print(json.dumps({"out": str(out), "steps": len(history), **summary}))
     return 0

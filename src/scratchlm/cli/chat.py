@@ -52,18 +52,19 @@ def reply_budget(args: argparse.Namespace, max_seq_len: int) -> int:
     return n
 
 
-def chat_turn(model, tokenizer, messages: list[dict], budget: int, kw: dict[str, Any]) -> str:
+def chat_turn(loaded, messages: list[dict], budget: int, kw: dict[str, Any]) -> str:
     """Stream one assistant reply to the conversation and return its text."""
+    model, tokenizer = loaded.model, loaded.tokenizer
     ids, dropped = fit_history(tokenizer, messages, model.config.max_seq_len - budget)
     if dropped:
         print(f"[context full: dropped the {dropped} oldest message(s)]", file=sys.stderr)
-    return write_stream(stream_generate(model, tokenizer, ids, budget, **kw))
+    return write_stream(stream_generate(model, tokenizer, ids, budget, stop_token_ids=loaded.stop_token_ids, **kw))
 
 
 def run_chat(args: argparse.Namespace) -> int:
-    model, tokenizer = load_for_generation(args)
+    loaded = load_for_generation(args)
     kw = sampling_kwargs(args)
-    budget = reply_budget(args, model.config.max_seq_len)
+    budget = reply_budget(args, loaded.model.config.max_seq_len)
     failed = 0
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(system)
@@ -86,7 +87,7 @@ def run_chat(args: argparse.Namespace) -> int:
         if tty:
             sys.stdout.write("assistant> ")
         try:
-            reply = chat_turn(model, tokenizer, messages, budget, kw)
+            reply = chat_turn(loaded, messages, budget, kw)
         except ValueError as exc:
             if not tty:
                 raise  # piped input: one line, exit 2 (scratchlm.cli.main)

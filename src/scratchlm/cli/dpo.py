@@ -1,7 +1,7 @@
 """`scratchlm dpo`: Direct Preference Optimization (and IPO, cDPO, robust DPO, hinge) on preference JSONL.
 
     scratchlm dpo --checkpoint runs/sft --data prefs.jsonl --out runs/dpo --beta 0.1 --loss-type sigmoid
-The reference model is a frozen copy of --checkpoint.
+The reference model is a frozen copy of --checkpoint (with --lora-r: the base model, adapters off).
 """
 
 from __future__ import annotations
@@ -10,20 +10,23 @@ import argparse
 
 from scratchlm.align.dpo import DPO_LOSS_TYPES
 from scratchlm.align.dpo_trainer import DPOTrainConfig, preference_accuracy, train_dpo
-from scratchlm.cli.align_common import add_common_args, finish, load_policy, optim_from_args
+from scratchlm.cli.align_common import (add_common_args, add_lora_args, checkpoint_options, finish, load_policy,
+                                         optim_from_args, prepare_output)
 from scratchlm.data.align_data import encode_preferences, load_preference_jsonl
+from scratchlm.data.chat_format import chat_format_of
 
 
 def run(args: argparse.Namespace) -> int:
+    replaced = prepare_output(args)
     model, tok = load_policy(args)
-    pairs = encode_preferences(tok, load_preference_jsonl(args.data))
+    pairs = encode_preferences(tok, load_preference_jsonl(args.data), chat_format_of(args.loaded))
     cfg = DPOTrainConfig(steps=args.steps, batch_size=args.batch_size, beta=args.beta, loss_type=args.loss_type,
                          label_smoothing=args.label_smoothing, seed=args.seed, optim=optim_from_args(args))
     start = preference_accuracy(model, pairs)
-    history = train_dpo(model, pairs, cfg)
+    history = train_dpo(model, pairs, cfg, checkpoint=checkpoint_options(args))
     end = preference_accuracy(model, pairs)
     return finish(model, tok, args, cfg, history, {"preference_accuracy_start": start,
-                                                   "preference_accuracy_end": end})
+                                                   "preference_accuracy_end": end}, replaced)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,4 +38,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--beta", type=float, default=0.1)
     p.add_argument("--loss-type", choices=DPO_LOSS_TYPES, default="sigmoid")
     p.add_argument("--label-smoothing", type=float, default=0.0, help="eps for cdpo / robust")
+    add_lora_args(p)
     p.set_defaults(func=run)

@@ -2,8 +2,9 @@
 
     scratchlm generate --checkpoint runs/tiny --prompt "Once upon a time" --max-new-tokens 100 \
         --temperature 0.8 --top-p 0.95 --seed 0
-The checkpoint directory holds config.json + model.safetensors + the tokenizer files. Sampling flags
-map one-to-one onto scratchlm.generate.SamplingParams; the shared flag helpers live here (chat uses them).
+--checkpoint names a scratchlm checkpoint dir, an HF model dir or a .gguf file (scratchlm.loading); the
+model's own tokenizer and end-of-reply tokens are used. Sampling flags map one-to-one onto
+scratchlm.generate.SamplingParams; the shared flag helpers live here (chat uses them).
 """
 
 from __future__ import annotations
@@ -14,18 +15,18 @@ from typing import Any
 
 import torch
 
-from scratchlm.checkpoint import load_model
 from scratchlm.generate.decode_step import DECODE_MODES
 from scratchlm.generate.sampling import SamplingParams
 from scratchlm.generate.streaming import stream_generate
-from scratchlm.model import TransformerLM
+from scratchlm.loading import LoadedModel, load_pretrained, load_tokenizer_dir
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="model dir (config.json, model.safetensors, tokenizer)")
-    p.add_argument("--tokenizer", metavar="DIR", help="tokenizer dir (default: the checkpoint dir)")
+    p.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="model: a scratchlm checkpoint dir, an HF model dir or a .gguf file")
+    p.add_argument("--tokenizer", metavar="DIR", help="tokenizer dir (default: the model's own)")
     p.add_argument("--attn", choices=["reference", "sdpa"], default="sdpa", help="attention implementation")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights/activations dtype")
     p.add_argument("--decode", choices=DECODE_MODES, default="fast",
@@ -59,36 +60,34 @@ def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {**fields, "seed": args.seed, "stop_strings": args.stop, "decode": args.decode}
 
 
-def load_for_generation(args: argparse.Namespace) -> tuple[TransformerLM, Any]:
-    """(model in eval mode, tokenizer) from --checkpoint / --tokenizer / --attn / --dtype."""
-    from scratchlm.tokenizer import Tokenizer
-
-    model = load_model(args.checkpoint, attn_impl=args.attn).eval().to(DTYPES[args.dtype])
-    tokenizer = Tokenizer.load(args.tokenizer or args.checkpoint)
-    check_tokenizer_matches(model.config.vocab_size, tokenizer.vocab_size, args.checkpoint, args.tokenizer)
-    return model, tokenizer
+def load_for_generation(args: argparse.Namespace) -> LoadedModel:
+    """The model (eval mode) with its tokenizer and stop tokens from --checkpoint / --tokenizer / --attn / --dtype."""
+    loaded = load_pretrained(args.checkpoint, tokenizer=args.tokenizer, dtype=DTYPES[args.dtype], attn_impl=args.attn)
+    if args.tokenizer is not None:
+        check_tokenizer_override(loaded, args.tokenizer)
+    return loaded
 
 
-def check_tokenizer_matches(model_vocab: int, tok_vocab: int, checkpoint: str, tokenizer_dir: str | None) -> None:
-    """Refuse a tokenizer that cannot be the model's: larger than its vocabulary, or (--tokenizer) of another
-    size than the tokenizer stored with the checkpoint; a smaller one without a reference is a stderr note."""
-    from scratchlm.tokenizer import Tokenizer
-
-    fix = "pass the tokenizer the model was trained with (--tokenizer DIR), or leave --tokenizer out"
-    if tok_vocab > model_vocab:
-        raise ValueError(f"tokenizer vocab_size {tok_vocab} > model vocab_size {model_vocab}; {fix}")
-    if tokenizer_dir is not None and tok_vocab != model_vocab:
+def check_tokenizer_override(loaded: LoadedModel, tokenizer_dir: str) -> None:
+    """Refuse a --tokenizer of another size than the tokenizer stored with the model (its ids would decode
+    to garbage); without a stored one, a tokenizer smaller than the vocabulary is a note on stderr.
+    (A tokenizer larger than the model's vocabulary is refused by scratchlm.loading.)"""
+    tok_vocab, model_vocab = loaded.tokenizer.vocab_size, loaded.model.config.vocab_size
+    if tok_vocab == model_vocab:
+        return
+    own = model_vocab if loaded.kind == "gguf" else None  # a GGUF's vocabulary is its token list
+    if own is None:
         try:
-            own = Tokenizer.load(checkpoint).vocab_size
+            own = load_tokenizer_dir(loaded.path, prefer_hf=loaded.kind == "hf").vocab_size
         except (FileNotFoundError, ValueError):
-            own = None
-        if own is not None and own != tok_vocab:
-            raise ValueError(f"--tokenizer {tokenizer_dir} has {tok_vocab} tokens but {checkpoint} was saved with a "
-                             f"{own}-token tokenizer (model vocab_size {model_vocab}); its ids would decode to "
-                             f"garbage. {fix}")
-        if own is None:
-            print(f"note: the tokenizer has {tok_vocab} tokens and the model {model_vocab}; sampled ids >= "
-                  f"{tok_vocab} cannot be decoded", file=sys.stderr)
+            pass
+    if own is not None and own != tok_vocab:
+        raise ValueError(f"--tokenizer {tokenizer_dir} has {tok_vocab} tokens but {loaded.path} comes with a "
+                         f"{own}-token tokenizer (model vocab_size {model_vocab}); its ids would decode to garbage. "
+                         "Pass the tokenizer the model was trained with, or leave --tokenizer out")
+    if own is None:
+        print(f"note: the tokenizer has {tok_vocab} tokens and the model {model_vocab}; sampled ids >= {tok_vocab} "
+              "cannot be decoded", file=sys.stderr)
 
 
 def fit_max_new_tokens(args: argparse.Namespace, prompt_len: int, max_seq_len: int) -> int:
@@ -117,13 +116,14 @@ def write_stream(deltas) -> str:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    model, tokenizer = load_for_generation(args)
-    prompt = tokenizer.encode(args.prompt)
+    loaded = load_for_generation(args)
+    prompt = loaded.tokenizer.encode(args.prompt)
     if not prompt:
         raise ValueError("--prompt encodes to no tokens; give some text")
     kw = sampling_kwargs(args)
-    n_new = fit_max_new_tokens(args, len(prompt), model.config.max_seq_len)
-    write_stream(stream_generate(model, tokenizer, prompt, n_new, **kw))
+    n_new = fit_max_new_tokens(args, len(prompt), loaded.model.config.max_seq_len)
+    write_stream(stream_generate(loaded.model, loaded.tokenizer, prompt, n_new,
+                                 stop_token_ids=loaded.stop_token_ids, **kw))
     sys.stdout.write("\n")
     return 0
 

@@ -39,6 +39,7 @@ COMMANDS: tuple[str, ...] = (
     "scratchlm.cli.dpo",
     "scratchlm.cli.ppo",
     "scratchlm.cli.grpo",
+    "scratchlm.cli.eval",
 )
 USER_ERRORS = (ValueError, KeyError, OSError)
 OS_HINTS = {

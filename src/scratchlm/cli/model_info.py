@@ -1,4 +1,9 @@
-"""`scratchlm info` and `scratchlm presets`: build a model from a preset and report its size and speed."""
+"""`scratchlm info`, `scratchlm presets` and `scratchlm models`: what a model is, its size and speed.
+
+    scratchlm info --preset llama-small               # a fresh model from a preset
+    scratchlm info --checkpoint model.gguf            # a loaded model (scratchlm dir, HF dir or .gguf)
+    scratchlm models runs/sft hf/qwen2 model.gguf     # one line per model: kind, family, params, dtype, context, template
+"""
 
 from __future__ import annotations
 
@@ -28,9 +33,18 @@ def parse_overrides(pairs: list[str]) -> dict[str, object]:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    config = get_preset(args.preset, **parse_overrides(args.set))
-    torch.manual_seed(0)
-    model = TransformerLM(config).eval()
+    if args.checkpoint:
+        if args.set:
+            raise ValueError("--set overrides a preset's fields; with --checkpoint the model's own config is used")
+        from scratchlm.loading import load_pretrained
+
+        loaded = load_pretrained(args.checkpoint, keep_quantized=False)
+        print(loaded.summary())
+        model, config, source = loaded.model, loaded.model.config, {"checkpoint": str(args.checkpoint)}
+    else:
+        config = get_preset(args.preset, **parse_overrides(args.set))
+        torch.manual_seed(0)
+        model, source = TransformerLM(config).eval(), {"preset": args.preset}
     t = min(args.seq_len, config.max_seq_len)
     stats = model_stats(model, config, seq_len=t)
     ids = torch.randint(0, config.vocab_size, (args.batch_size, t))
@@ -42,7 +56,7 @@ def run_info(args: argparse.Namespace) -> int:
         dt = (time.perf_counter() - t0) / args.repeats
     tokens = args.batch_size * t
     report = {
-        "preset": args.preset,
+        **source,
         "config": config.to_dict(),
         "params": stats.n_params,
         "embedding_params": stats.n_embedding,
@@ -66,9 +80,20 @@ def run_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_models(args: argparse.Namespace) -> int:
+    """Load each model and print the line that says what it is."""
+    from scratchlm.loading import load_pretrained
+
+    for path in args.paths:
+        print(load_pretrained(path, keep_quantized=False).summary(), flush=True)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("info", help="build a preset, report params, FLOPs/token and forward speed")
+    p = sub.add_parser("info", help="a preset's or a loaded model's params, FLOPs/token and forward speed")
     p.add_argument("--preset", default="llama-small", help="preset name (see `scratchlm presets`)")
+    p.add_argument("--checkpoint", metavar="PATH", default=None,
+                   help="report on this model instead (scratchlm checkpoint dir, HF model dir or .gguf file)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=256)
@@ -76,3 +101,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_info)
     p = sub.add_parser("presets", help="list the model presets")
     p.set_defaults(func=run_presets)
+    p = sub.add_parser("models", help="say what each model path holds: kind, family, params, dtype, context, template")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="scratchlm checkpoint dir, HF model dir or .gguf file")
+    p.set_defaults(func=run_models)

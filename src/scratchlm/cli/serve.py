@@ -3,22 +3,45 @@
 from __future__ import annotations
 
 import argparse
+import os
 
+from scratchlm.serve import API_KEY_ENV
 from scratchlm.serve.scheduler import SERVE_DECODE_MODES  # torch only; fastapi/uvicorn stay lazy
+
+
+def names(text: str) -> list[str]:
+    """A comma-separated flag value as a list ("a, b" -> ["a", "b"])."""
+    out = [t.strip() for t in text.split(",") if t.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of names, got {text!r}")
+    return out
+
+
+def resolve_api_key(flag: str | None, env: dict[str, str]) -> str | None:
+    """--api-key wins; else $SCRATCHLM_API_KEY (keeps the key out of `ps`); empty means none."""
+    key = flag if flag is not None else env.get(API_KEY_ENV)
+    return key or None
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from scratchlm.serve.launch import run_server  # fastapi/uvicorn are imported only for this command
+    from scratchlm.serve.state import DEFAULT_MAX_BODY_BYTES, ServeOptions
 
-    limits = {} if args.max_body_bytes is None else {"max_body_bytes": args.max_body_bytes}
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads {args.threads} must be >= 1")
         import torch
 
         torch.set_num_threads(args.threads)
-    run_server(args.checkpoint, args.host, args.port, args.api_key, args.model_name, args.max_batch, **limits,
-               device=args.device, decode=args.decode)
+    if args.max_queue < 0:
+        raise ValueError(f"--max-queue {args.max_queue} must be >= 0 (0: refuse with 429 whenever every row is busy)")
+    options = ServeOptions(
+        api_key=resolve_api_key(args.api_key, dict(os.environ)), max_batch=args.max_batch, decode=args.decode,
+        max_body_bytes=DEFAULT_MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes,
+        max_queue=args.max_queue, prefix_cache_mb=args.prefix_cache_mb, allowed_hosts=args.allowed_hosts,
+        allowed_origins=args.allowed_origins)
+    run_server(args.checkpoint, args.host, args.port, args.model_name, device=args.device,
+               shutdown_timeout=args.shutdown_timeout, access_log=not args.no_access_log, options=options)
     return 0
 
 
@@ -26,17 +49,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "serve",
         help="serve a checkpoint over an OpenAI-compatible HTTP API (+ a chat page at /)",
-        description="Serve DIR (config.json + model.safetensors + tokenizer files) with /v1/models, "
-        "/v1/completions and /v1/chat/completions (streaming, batched). Binds 127.0.0.1 unless --host says otherwise.",
+        description="Serve a model (a scratchlm checkpoint dir, an HF model dir or a .gguf file) with /v1/models, "
+        "/v1/completions and /v1/chat/completions (streaming, batched), /tokenize, /health and /metrics. "
+        "Binds 127.0.0.1 unless --host says otherwise.",
     )
-    p.add_argument("--checkpoint", required=True, help="model directory with its tokenizer")
+    p.add_argument("--checkpoint", required=True, metavar="PATH",
+                   help="model: a scratchlm checkpoint dir, an HF model dir or a .gguf file")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 = any free port)")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1/* (401 otherwise)")
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' on /v1/* (401 otherwise); default: ${API_KEY_ENV}, "
+                        "which keeps the key out of the process list")
     p.add_argument("--model-name", default=None, help="the model id clients send (default: the directory name)")
     p.add_argument("--max-batch", type=int, default=32, help="most sequences decoded together (default 32)")
+    p.add_argument("--max-queue", type=int, default=256,
+                   help="most sequences waiting for a batch row; beyond it requests get 429 + Retry-After (default 256)")
     p.add_argument("--max-body-bytes", type=int, default=None,
                    help="largest request body accepted (default 1 MiB; 413 beyond)")
+    p.add_argument("--prefix-cache-mb", type=float, default=256.0,
+                   help="memory for the K/V of shared prompt prefixes, reused across requests (default 256; 0 = off)")
+    p.add_argument("--shutdown-timeout", type=float, default=10.0,
+                   help="on SIGTERM, seconds running requests get to finish before they end with an error (default 10)")
+    p.add_argument("--allowed-hosts", type=names, default=None,
+                   help="comma-separated Host names the server answers (default: localhost, 127.0.0.1, [::1] when "
+                        "bound to loopback, any otherwise; '*' = any). Guards against DNS rebinding")
+    p.add_argument("--allowed-origins", type=names, default=None,
+                   help="comma-separated browser origins allowed to call the API cross-site (CORS; default: none)")
+    p.add_argument("--no-access-log", action="store_true", help="do not log one line per request to stderr")
     p.add_argument("--device", default="cpu", help="torch device for the model (default cpu; e.g. cuda)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--decode", choices=SERVE_DECODE_MODES, default="fast",

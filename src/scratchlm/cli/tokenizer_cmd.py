@@ -14,7 +14,6 @@ from scratchlm.cli.outputs import add_output_arg
 from scratchlm.data.token_file import write_token_file
 from scratchlm.io_utils import atomic_output_dir
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-from scratchlm.tokenizer.hf_json import save_hf_tokenizer_json
 from scratchlm.tokenizer.streaming import encode_stream_chunks
 from scratchlm.tokenizer.text_io import decode_utf8
 
@@ -54,7 +53,7 @@ def run_train(args: argparse.Namespace) -> int:
     with atomic_output_dir(args.out, args.overwrite) as tmp:  # --out was checked before training (cli.main)
         tok.save(tmp)
         if args.hf_json:
-            save_hf_tokenizer_json(tok, tmp / "tokenizer.json")
+            tok.save_hf_json(tmp / "tokenizer.json")
     report = {"out": str(args.out), "vocab_size": tok.vocab_size, "merges": len(merges),
               "special_tokens": tok.special_token_ids, "seconds": round(time.perf_counter() - t0, 2)}
     print(json.dumps(report))

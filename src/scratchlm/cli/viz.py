@@ -17,10 +17,10 @@ from scratchlm.cli.outputs import add_output_arg
 
 
 def _load(checkpoint: str):
-    from scratchlm.checkpoint import load_model
-    from scratchlm.tokenizer import Tokenizer
+    from scratchlm.loading import load_pretrained
 
-    return load_model(checkpoint).eval(), Tokenizer.load(checkpoint)
+    loaded = load_pretrained(checkpoint, keep_quantized=False)
+    return loaded.model, loaded.tokenizer
 
 
 def _prompt_ids(tok, prompt: str, max_len: int) -> torch.Tensor:

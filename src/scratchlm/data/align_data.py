@@ -6,8 +6,10 @@ preference:  {"prompt": str | messages, "chosen": str, "rejected": str}
 rl prompts:  {"prompt": str | messages, "reward": NAME, ...fields for the reward, e.g. "answer": "7"}
              ("reward" may be omitted when a default reward name is given).
 Prompt rule: a prompt given as a list of messages is rendered with the chat template plus the
-generation prompt, and completions end with <|im_end|>; a prompt given as a plain string is encoded
-as is (raw completion task) and completions end with <|endoftext|>.
+generation prompt, and completions end with the reply's end token; a prompt given as a plain string is
+encoded as is (raw completion task) and completions end with <|endoftext|>. The chat template is the
+model's own when it has one (pass its data.chat_format.ChatFormat as `fmt`), else scratchlm's ChatML
+(<|im_start|>role\n...<|im_end|>, replies end with <|im_end|>).
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from scratchlm.align.rewards import REWARDS
+from scratchlm.data.chat_format import EOT, ChatFormat
 from scratchlm.data.jsonl import check_messages, read_jsonl, require_str
-from scratchlm.tokenizer.chat_template import IM_END, render_chat
 
-EOT = "<|endoftext|>"
+CHATML = ChatFormat()
+__all__ = ["EOT", "PreferencePair", "RLPrompt", "encode_chat", "encode_completion", "encode_preferences",
+           "encode_prompt", "encode_rl_prompts", "end_token", "load_chat_jsonl", "load_preference_jsonl",
+           "load_rl_prompts_jsonl"]
 
 
 @dataclass
@@ -35,6 +40,8 @@ class RLPrompt:
     prompt: str | list[dict[str, str]]
     reward: str
     fields: dict[str, Any] = field(default_factory=dict)
+    ids: list[int] | None = None  # the encoded prompt (encode_rl_prompts), else encoded with ChatML on use
+    end_id: int | None = None  # the token that ends a completion of it
 
 
 def _prompt(record: dict[str, Any]) -> str | list[dict[str, str]]:
@@ -79,32 +86,36 @@ def load_rl_prompts_jsonl(path: str | Path, default_reward: str | None = None) -
     return read_jsonl(path, parse, "RL prompt")
 
 
-def end_token(tok: Any, prompt: str | list) -> int:
-    """The id that ends a completion of this prompt: <|im_end|> for chat prompts, <|endoftext|> for raw ones."""
-    name = IM_END if isinstance(prompt, list) else EOT
-    if name not in tok.special_token_ids:
-        raise ValueError(f"the tokenizer has no {name} special token; train it with the default special tokens")
-    return tok.special_token_ids[name]
+def end_token(tok: Any, prompt: str | list, fmt: ChatFormat | None = None) -> int:
+    """The id that ends a completion of this prompt (data.chat_format: the reply end or <|endoftext|>)."""
+    return (fmt or CHATML).end_id(tok, prompt)
 
 
-def encode_prompt(tok: Any, prompt: str | list[dict[str, str]]) -> list[int]:
+def encode_prompt(tok: Any, prompt: str | list[dict[str, str]], fmt: ChatFormat | None = None) -> list[int]:
     """Prompt ids: chat template + generation prompt for messages, plain encoding for a string."""
-    if isinstance(prompt, list):
-        return render_chat(tok, prompt, add_generation_prompt=True)[0]
-    return tok.encode(prompt)
+    return (fmt or CHATML).encode_prompt(tok, prompt)
 
 
-def encode_completion(tok: Any, prompt: str | list, text: str) -> list[int]:
+def encode_completion(tok: Any, prompt: str | list, text: str, fmt: ChatFormat | None = None) -> list[int]:
     """Completion ids: the text followed by the end token for this kind of prompt."""
-    return tok.encode_ordinary(text) + [end_token(tok, prompt)]
+    return list(tok.encode_ordinary(text)) + [end_token(tok, prompt, fmt)]
 
 
-def encode_chat(tok: Any, conversations: list[list[dict[str, str]]]) -> list[tuple[list[int], list[int]]]:
-    """(ids, loss_mask) per conversation through render_chat."""
-    return [render_chat(tok, messages) for messages in conversations]
+def encode_chat(tok: Any, conversations: list[list[dict[str, str]]],
+                fmt: ChatFormat | None = None) -> list[tuple[list[int], list[int]]]:
+    """(ids, loss_mask) per conversation: the chat template's rendering and its assistant mask."""
+    return [(fmt or CHATML).encode_chat(tok, messages) for messages in conversations]
 
 
-def encode_preferences(tok: Any, pairs: list[PreferencePair]) -> list[tuple[list[int], list[int], list[int]]]:
+def encode_preferences(tok: Any, pairs: list[PreferencePair],
+                       fmt: ChatFormat | None = None) -> list[tuple[list[int], list[int], list[int]]]:
     """(prompt_ids, chosen_ids, rejected_ids) per pair."""
-    return [(encode_prompt(tok, p.prompt), encode_completion(tok, p.prompt, p.chosen),
-             encode_completion(tok, p.prompt, p.rejected)) for p in pairs]
+    return [(encode_prompt(tok, p.prompt, fmt), encode_completion(tok, p.prompt, p.chosen, fmt),
+             encode_completion(tok, p.prompt, p.rejected, fmt)) for p in pairs]
+
+
+def encode_rl_prompts(tok: Any, examples: list[RLPrompt], fmt: ChatFormat | None = None) -> list[RLPrompt]:
+    """Fill each prompt's ids and end token under `fmt` (in place); returns the list."""
+    for ex in examples:
+        ex.ids, ex.end_id = encode_prompt(tok, ex.prompt, fmt), end_token(tok, ex.prompt, fmt)
+    return examples

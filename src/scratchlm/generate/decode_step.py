@@ -3,7 +3,12 @@
 Modes (DECODE_MODES, the `decode=` argument of the engine):
     "model"      the model's own forward (`forward_last`): the reference path
     "fast"       generate.fast_decode.FastDecoder: the same math with re-packed weights and fewer ops
-    "fast-int8"  FastDecoder with int8 weight-only matrices (quantization error; fastest when memory bound)
+    "fast-int8"  FastDecoder with int8 weight-only matrices (torch's kernel; quantization error)
+    "fast-bf16"  FastDecoder, bf16 weights widened exactly to fp32 in our C++ kernel (bf16 rounding error)
+    "fast-q8_0"  FastDecoder on ggml Q8_0 blocks (the model's own, or quantized with ggml's rounding)
+    "fast-q4_1"  FastDecoder on ggml Q4_1 blocks (likewise)
+    "fast-gguf"  FastDecoder on a GGUF-loaded model's own Q8_0/Q4_1 blocks, fp32 elsewhere: exactly the
+                 loaded model at 4-8 bits per weight (generate/packed_linear.py, kernels/)
     "compiled"   the model's forward through torch.compile (below)
 Packed decoders are cached per model and rebuilt when its weights change (version counters).
 
@@ -67,7 +72,9 @@ def check_frozen_weights(model: TransformerLM) -> None:
         )
 
 
-DECODE_MODES = ("model", "fast", "fast-int8", "compiled")
+FAST_MODES = {"fast": None, "fast-int8": "int8", "fast-bf16": "bf16", "fast-q8_0": "q8_0", "fast-q4_1": "q4_1",
+              "fast-gguf": "gguf"}  # decode mode -> FastDecoder weight format
+DECODE_MODES = ("model", *FAST_MODES, "compiled")
 
 
 @functools.cache
@@ -93,10 +100,10 @@ def make_decode_step(model: TransformerLM, mode: str = "model", batch_size: int 
     prepare MKL-packed GEMMs for it; None when it varies step to step (the server)."""
     if mode not in DECODE_MODES:
         raise ValueError(f"unknown decode mode {mode!r}; valid: {DECODE_MODES}")
-    if mode == "model" or (mode.startswith("fast") and not supports(model.config)):
+    if mode == "model" or (mode in FAST_MODES and not supports(model.config)):
         return functools.partial(forward_last, model)
-    if mode.startswith("fast"):
-        dec = fast_decoder(model, "int8" if mode == "fast-int8" else None)
+    if mode in FAST_MODES:
+        dec = fast_decoder(model, FAST_MODES[mode])
         if batch_size is not None:
             dec.pack_for_batch(batch_size)
         return lambda tokens, positions, mask, cache: dec.step(tokens[:, 0], positions[:, 0], mask, cache)

@@ -23,98 +23,24 @@ Test: tests/generate/test_fast_decode.py (logits == the model's cached forward, 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import torch.nn.functional as F
 
 from scratchlm.config import ModelConfig
+from scratchlm.generate.packed_linear import (  # PackedLinear, mkl_packing_available, quantize_int8: re-exported
+    WEIGHT_FORMATS, BlockSource, PackedLinear, mkl_packing_available, packed, quantize_int8)
 from scratchlm.model import TransformerLM
 from scratchlm.nn.activations import TORCH_ACTIVATIONS
 from scratchlm.nn.kv_cache import KVCache
-from scratchlm.nn.rope import rope_rotation, rope_tables
+from scratchlm.nn.rope import rope_rotation
 
 
 def supports(config: ModelConfig) -> bool:
     """True when FastDecoder can pack this architecture (every pre-norm config)."""
     return config.norm_placement == "pre"
-
-
-def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-output-row int8: s_o = max_i |W[o, i]| / 127,  q = clamp(round(W / s), -127, 127).
-
-    W ~ q * s (the dequantized matrix); w (out, in) fp32 -> q (out, in) int8, s (out,) fp32.
-    """
-    s = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0
-    q = torch.clamp(torch.round(w / s[:, None]), -127, 127).to(torch.int8)
-    return q, s
-
-
-def mkl_packing_available() -> bool:
-    """torch built with MKL and its packed-GEMM linear op (x86 CPU builds)."""
-    return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
-
-
-class PackedLinear:
-    """y = x @ W^T + b, stored for small-batch speed; returns the model's dtype.
-
-    Plain: W (out, in) in the model's dtype; a batch of one row uses a contiguous W^T (in, out) copy made
-    on first use (the row-major GEMV over W^T streams ~20% faster on the CPUs measured; for B > 1,
-    W @ x^T is the faster GEMM), see benchmarks/RESULTS.md. `pack_for_batch(B)` (fp32, MKL builds)
-    adds an MKL-packed copy for exactly B rows (`torch.ops.mkl._mkl_linear`: ~1.5x faster at B = 8);
-    other batch sizes keep the plain path. int8 (`quant="int8"`): q + per-row scales for torch's
-    `_weight_int8pack_mm` kernel (bf16 activations).
-    """
-
-    def __init__(self, w: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype, quant: str | None) -> None:
-        self.dtype, self.quant = dtype, quant
-        self.bias = None if bias is None else bias.to(dtype)
-        self.wt: torch.Tensor | None = None
-        self.mkl: tuple[int, torch.Tensor] | None = None  # (batch size, MKL-packed W)
-        if quant == "int8":
-            self.q, scale = quantize_int8(w.float())
-            self.scale = scale.to(torch.bfloat16)
-        else:
-            self.w = w.to(dtype).contiguous()  # (out, in)
-
-    def pack_for_batch(self, batch: int) -> None:
-        """Keep an MKL-packed copy of W for `batch` rows (replacing one for another size); fp32 only."""
-        cpu_fp32 = self.quant is None and self.dtype == torch.float32 and self.w.device.type == "cpu"
-        if cpu_fp32 and mkl_packing_available():
-            if self.mkl is None or self.mkl[0] != batch:
-                self.mkl = (batch, torch.ops.mkl._mkl_reorder_linear_weight(self.w, batch))
-
-    def transposed(self) -> torch.Tensor:
-        """W^T (in, out) contiguous, made on first use (the one-row GEMV layout)."""
-        if self.wt is None:
-            self.wt = self.w.t().contiguous()
-        return self.wt
-
-    def residual(self, x: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
-        """x + self(inp): the residual add fused into the GEMV where possible (addmm for one row)."""
-        if self.quant is None and self.bias is None and inp.shape[0] == 1:
-            return torch.addmm(x, inp.to(self.dtype), self.transposed())
-        return x + self(inp)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, in) -> (B, out)."""
-        if self.quant == "int8":
-            y = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.q, self.scale).to(self.dtype)
-            return y if self.bias is None else y + self.bias
-        x = x.to(self.dtype)
-        if self.mkl is not None and self.mkl[0] == x.shape[0]:
-            return torch.ops.mkl._mkl_linear(x, self.mkl[1], self.w, self.bias, self.mkl[0])
-        if x.shape[0] == 1:
-            y = x @ self.transposed()
-        else:
-            y = (self.w @ x.t()).t()  # (out, in) @ (in, B) -> (B, out)
-        return y if self.bias is None else y + self.bias
-
-    def dequantized(self) -> torch.Tensor:
-        """The matrix this computes with, W (out, in) fp32 (q * s for int8)."""
-        if self.quant == "int8":
-            return self.q.float() * self.scale.float()[:, None]
-        return self.w.float()
 
 
 class PackedNorm:
@@ -138,43 +64,24 @@ class PackedNorm:
         return x32 * torch.rsqrt(torch.addcmul(self.eps_t, n, n, value=1.0 / x32.shape[-1]))
 
 
-def packed(linears: list[torch.nn.Module], dtype: torch.dtype, quant: str | None,
-           norm: torch.nn.Module | None = None, row_scale: torch.Tensor | None = None) -> PackedLinear:
-    """The linears (same input) stacked into one matrix [W_1; W_2; ...]; when they read norm(x), the
-    norm's gain g is folded in (W diag(g)) and a LayerNorm bias beta becomes the extra bias W beta;
-    row_scale (out,) multiplies output rows (and bias) last."""
-    w = torch.cat([lin.weight.detach().float() for lin in linears])  # (out, in)
-    b = None if linears[0].bias is None else torch.cat([lin.bias.detach().float() for lin in linears])
-    if norm is not None:
-        norm_bias = getattr(norm, "bias", None)
-        if norm_bias is not None:  # (x_hat g + beta) W^T = x_hat (g W^T) + beta W^T
-            extra = w @ norm_bias.detach().float()
-            b = extra if b is None else b + extra
-        w = w * norm.weight.detach().float()[None, :]
-    if row_scale is not None:
-        row_scale = row_scale.to(w.device)
-        w = w * row_scale[:, None]
-        b = None if b is None else b * row_scale
-    return PackedLinear(w, b, dtype, quant)
-
-
 class PackedLayer:
     """One pre-norm block's weights, packed (see the module docstring)."""
 
     def __init__(self, block: torch.nn.Module, config: ModelConfig, dtype: torch.dtype, quant: str | None,
-                 norm: PackedNorm) -> None:
+                 norm: PackedNorm, source: BlockSource | None = None) -> None:
         attn, mlp = block.self_attn, block.mlp
         self.norm = norm  # stateless (the gains are folded into the matrices): shared by every norm
         # the attention scale 1/sqrt(Hd) is folded into the q rows (or the q part of the QK-norm gain)
         scale = 1.0 / math.sqrt(config.head_dim)
         q_rows, kv_rows = config.n_heads * config.head_dim, 2 * config.n_kv_heads * config.head_dim
         rows = torch.cat((torch.full((q_rows,), 1.0 if config.qk_norm else scale), torch.ones(kv_rows)))
-        self.qkv = packed([attn.q_proj, attn.k_proj, attn.v_proj], dtype, quant, block.input_layernorm, rows)
-        self.o = packed([attn.o_proj], dtype, quant)
+        pack = functools.partial(packed, dtype=dtype, quant=quant, source=source)
+        self.qkv = pack([attn.q_proj, attn.k_proj, attn.v_proj], norm=block.input_layernorm, row_scale=rows)
+        self.o = pack([attn.o_proj])
         self.gated = config.ffn == "swiglu"
         ins = [mlp.gate_proj, mlp.up_proj] if self.gated else [mlp.up_proj]
-        self.ffn_in = packed(ins, dtype, quant, block.post_attention_layernorm)
-        self.down = packed([mlp.down_proj], dtype, quant)
+        self.ffn_in = pack(ins, norm=block.post_attention_layernorm)
+        self.down = pack([mlp.down_proj])
         self.act = TORCH_ACTIVATIONS[config.activation]
         self.qk_gain = None
         self.qk_norm = PackedNorm("rmsnorm", config.norm_eps)
@@ -192,19 +99,33 @@ class PackedLayer:
         return self.down.residual(x, self.act(h))
 
 
-QUANT_MODES = (None, "int8")
+QUANT_MODES = WEIGHT_FORMATS  # FastDecoder's quant= values (generate/packed_linear.py)
 
 
 INT8_K_MULTIPLE = 16  # torch's CPU int8 kernel reads its input dim in blocks of 16 (wrong results or a crash otherwise)
+K_MULTIPLE = {"int8": INT8_K_MULTIPLE, "bf16": 16, "q8_0": 32, "q4_1": 32}  # our kernels: 16 lanes, 32-blocks
+MODE_NAMES = {"int8": "fast-int8", "bf16": "fast-bf16", "q8_0": "fast-q8_0", "q4_1": "fast-q4_1"}
 
 
-def check_int8_dims(c: ModelConfig) -> None:
-    """ValueError unless every matrix's input dim (d_model, n_heads*head_dim, d_ff) is a multiple of 16."""
+def check_int8_dims(c: ModelConfig, quant: str = "int8") -> None:
+    """ValueError unless every matrix's input dim (d_model, n_heads*head_dim, d_ff) is a multiple of the
+    weight format's K_MULTIPLE."""
+    if quant not in K_MULTIPLE:
+        return
+    multiple = K_MULTIPLE[quant]
     dims = {"d_model": c.d_model, "n_heads*head_dim": c.n_heads * c.head_dim, "d_ff": c.d_ff}
-    bad = {k: v for k, v in dims.items() if v % INT8_K_MULTIPLE}
+    bad = {k: v for k, v in dims.items() if v % multiple}
     if bad:
-        raise ValueError(f"decode='fast-int8' needs {sorted(dims)} to be multiples of {INT8_K_MULTIPLE} (torch's int8 "
+        raise ValueError(f"decode='{MODE_NAMES[quant]}' needs {sorted(dims)} to be multiples of {multiple} (its "
                          f"kernel), got {bad}; use decode='fast' for this model")
+
+
+def block_source(model: TransformerLM) -> BlockSource:
+    """weight Parameter -> its GGUF blocks (`model.quantized_weights`, by HF name; a tied head shares
+    the embedding's), or None."""
+    blocks = getattr(model, "quantized_weights", None) or {}
+    by_id = {id(p): blocks[name] for name, p in model.named_parameters(remove_duplicate=False) if name in blocks}
+    return lambda weight: by_id.get(id(weight))
 
 
 class FastDecoder:
@@ -212,8 +133,11 @@ class FastDecoder:
 
     quant=None computes in the model's dtype (fp32: equal to the model's forward to ~1e-6);
     quant="int8" stores every matrix as int8 rows with per-row scales (see quantize_int8), a quarter
-    of the fp32 bytes: decoding is memory bound, so this is the fastest mode, at the cost of the
+    of the fp32 bytes: decoding is memory bound, so fewer bytes is faster, at the cost of the
     quantization error (tests bound it against the model with the dequantized weights).
+    quant="bf16" | "q8_0" | "q4_1" | "gguf": our C++ kernels on bf16 weights or ggml blocks, fp32 math on
+    exactly the dequantized weights; "gguf" runs a GGUF-loaded model's own blocks (the exact model),
+    see generate/packed_linear.py.
     """
 
     def __init__(self, model: TransformerLM, quant: str | None = None) -> None:
@@ -226,20 +150,20 @@ class FastDecoder:
         if quant == "int8":
             if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
                 raise ValueError("quant='int8' needs torch's _weight_int8pack_mm kernel (torch >= 2.4); use quant=None")
-            check_int8_dims(c)
+        check_int8_dims(c, quant)
         self.config, self.quant = c, quant
         self.dtype = model.lm_head.weight.dtype
         self.h, self.kvh, self.hd = c.n_heads, c.n_kv_heads, c.head_dim
         self.embed = model.model.embed_tokens.weight.detach()
         self.positions = model.model.embed_positions  # learned/sinusoidal module or None
         self.norm = PackedNorm(c.norm, c.norm_eps)
-        self.layers = [PackedLayer(block, c, self.dtype, quant, self.norm) for block in model.model.layers]
-        self.head = packed([model.lm_head], self.dtype, quant, model.model.norm)
+        source = block_source(model)
+        self.layers = [PackedLayer(block, c, self.dtype, quant, self.norm, source) for block in model.model.layers]
+        self.head = packed([model.lm_head], self.dtype, quant, model.model.norm, source=source)
         rope = model.model.rotary_emb
-        self.rope = None
+        self.rope = None if rope is None else rope.fused_copy()  # full-width tables: x * cos + rot(x) * sin
         if rope is not None:
-            cos, sin = rope_tables(rope.cos, rope.sin, rope.style)
-            self.rope = (cos, sin, rope_rotation(c.head_dim, rope.style, torch.float32).to(cos.device))
+            self.rotation = rope_rotation(c.head_dim, rope.style, torch.float32).to(rope.cos.device)
 
     def linears(self) -> list[PackedLinear]:
         """Every packed matrix of the model (the layers', then the LM head)."""
@@ -259,7 +183,7 @@ class FastDecoder:
         if rope is None:
             return qk
         cos, sin = rope
-        rotated = (qk.flatten(0, 1) @ self.rope[2]).view(qk.shape)  # one 2-D mm, not a broadcast bmm
+        rotated = (qk.flatten(0, 1) @ self.rotation).view(qk.shape)  # one 2-D mm, not a broadcast bmm
         return torch.addcmul(qk * cos, rotated, sin)
 
     @torch.inference_mode()
@@ -277,7 +201,10 @@ class FastDecoder:
         if self.positions is not None:
             x = x + self.positions(positions).to(x.dtype)
         ks, vs = cache.k.unbind(0), cache.v.unbind(0)  # per layer (B, KvH, T_max, Hd)
-        rope = None if self.rope is None else (self.rope[0][positions][:, None], self.rope[1][positions][:, None])
+        rope = None
+        if self.rope is not None:
+            cos, sin = self.rope.tables(positions)  # (B, Hd) each
+            rope = (cos[:, None], sin[:, None])
         bias = None
         if key_mask is not None:  # (B * KvH, 1, S): 0 where visible, -inf on padding
             bias = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill_(~key_mask, float("-inf"))

@@ -50,10 +50,23 @@ def apply_frequency_presence_penalty(
 
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """l / T for T > 0."""
+    """l / T for T > 0.
+
+    When l / T would overflow (tiny T, e.g. 1e-40: the top logit becomes +inf and softmax NaN), the
+    row max m is subtracted first, which softmax ignores: (l - m) / T, with the max itself kept at 0
+    (1 / T itself may overflow float32, and 0 * inf is NaN). The result is then the greedy limit:
+    the top token (ties shared) gets all the probability."""
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0 to scale logits, got {temperature}; use greedy for 0")
-    return logits if temperature == 1.0 else logits / temperature
+    if temperature == 1.0:
+        return logits
+    finfo = torch.finfo(logits.dtype)
+    peak = float(logits.masked_fill(~torch.isfinite(logits), 0).abs().amax()) if logits.numel() else 0.0
+    if temperature >= finfo.tiny and peak / temperature < finfo.max / 2:
+        return logits / temperature
+    top = logits.amax(dim=-1, keepdim=True)
+    shifted = logits - torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # <= 0, the max at 0
+    return torch.where(shifted < 0, shifted / temperature, torch.zeros_like(shifted))
 
 
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:

@@ -109,6 +109,19 @@ def _gpt2_from_hf(state: StateDict, config: ModelConfig) -> StateDict:
     return out
 
 
+HEAD_KEY = "lm_head.weight"
+EMBED_KEYS = ("model.embed_tokens.weight", "embed_tokens.weight", "transformer.wte.weight", "wte.weight")
+
+
+def stored_head_differs(hf_state: StateDict) -> bool:
+    """True when the checkpoint stores an lm_head.weight that is not a copy of the token embedding.
+
+    transformers then does NOT tie the head even with tie_word_embeddings=true (it warns and keeps both)."""
+    head = hf_state.get(HEAD_KEY)
+    embed = next((hf_state[k] for k in EMBED_KEYS if k in hf_state), None)
+    return head is not None and embed is not None and not torch.equal(head, embed)
+
+
 def _pop(state: StateDict, key: str) -> Tensor:
     if key not in state:
         raise ValueError(f"HF checkpoint is missing tensor {key!r}; is the config's layer count right?")

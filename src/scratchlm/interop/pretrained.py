@@ -2,13 +2,15 @@
 
 An HF directory holds config.json (with `model_type`) + model.safetensors, or shards listed in
 model.safetensors.index.json (+ tokenizer.json). `from_pretrained` also accepts a scratchlm
-checkpoint directory (config.json without `model_type`) and then behaves like `checkpoint.load_model`.
+checkpoint directory (config.json without `model_type`, then it behaves like `checkpoint.load_model`)
+and a `.gguf` file (then it is `gguf_load.load_gguf`: dequantized weights + the file's ggml blocks).
 Weights are loaded as fp32 master weights by default (bf16/fp16 checkpoints are upcast).
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +18,15 @@ import torch
 
 from scratchlm.checkpoint import load_model
 from scratchlm.config import ModelConfig
+from scratchlm.interop.gguf_file import is_gguf_file
+from scratchlm.interop.gguf_load import load_gguf
 from scratchlm.interop.hf_config import config_from_hf, config_to_hf, export_family, hf_family
-from scratchlm.interop.hf_weights import state_from_hf, state_to_hf
+from scratchlm.interop.hf_weights import state_from_hf, state_to_hf, stored_head_differs
 from scratchlm.interop.shards import load_sharded, save_sharded
 from scratchlm.interop.tokenizer_files import save_hf_tokenizer
 from scratchlm.io_utils import atomic_write_text, read_json_object
+from scratchlm.interop.model_build import build_with_weights
 from scratchlm.model import TransformerLM
-from scratchlm.nn.rope import RotaryEmbedding
 
 CONFIG_NAME = "config.json"
 
@@ -37,53 +41,29 @@ def is_hf_config(data: dict[str, Any]) -> bool:
     return "model_type" in data or "architectures" in data
 
 
-def _check_state(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor], directory: Path) -> None:
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = [f"{k}: checkpoint {tuple(state[k].shape)} vs config {tuple(expected[k].shape)}"
-             for k in sorted(set(state) & set(expected)) if state[k].shape != expected[k].shape]
-    if missing or unexpected or wrong:
-        raise ValueError(f"HF checkpoint {directory} does not match its config.json: missing {missing[:5]}, "
-                         f"unexpected {unexpected[:5]}, wrong shapes {wrong[:3]}")
-
-
-def build_with_weights(config: ModelConfig, state: dict[str, torch.Tensor], directory: Path) -> TransformerLM:
-    """TransformerLM holding exactly `state` (as fp32), without a wasted random init.
-
-    The model is built on the meta device (no memory, no init), the loaded tensors are assigned as its
-    parameters, the tied head is re-tied, and the non-persistent RoPE tables are computed on CPU.
-    """
-    with torch.device("meta"):
-        model = TransformerLM(config)
-    _check_state(model.state_dict(), state, directory)
-    model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=True, assign=True)
-    if config.tie_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
-    rope = model.model.rotary_emb
-    if rope is not None:
-        fresh = RotaryEmbedding(rope.head_dim, rope.max_seq_len, rope.base, rope.style, fused=rope.fused)
-        for name, table in fresh.named_buffers():  # cos/sin (and the fused full-width tables)
-            setattr(rope, name, table)
-    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-    if left:
-        raise ValueError(f"internal error: tensors {left[:5]} were not materialised after loading {directory}")
-    return model
-
-
 def from_pretrained(directory: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                     progress: bool = False, **config_overrides: Any) -> TransformerLM:
-    """Load a Hugging Face (Llama, Qwen2, Qwen3, GPT-2) or scratchlm checkpoint directory as a TransformerLM.
+    """Load a Hugging Face (Llama, Qwen2, Qwen3, GPT-2) or scratchlm checkpoint directory, or a GGUF file
+    (llama, qwen2, qwen3), as a TransformerLM.
 
     config_overrides replace ModelConfig fields that do not change the weights' meaning, e.g.
     attn_impl="sdpa" or rope_style="interleaved" (q/k rows are then permuted to match).
     """
     directory = Path(directory)
+    if is_gguf_file(directory):
+        return load_gguf(directory, device=device, dtype=dtype, progress=progress, **config_overrides)
     data = read_config_json(directory)
     if not is_hf_config(data):
         return load_model(directory, map_location=device, **config_overrides).to(dtype)
     config = config_from_hf(data, **config_overrides)
     family = hf_family(data)
-    state = state_from_hf(load_sharded(directory, progress=progress), config, family)
+    hf_state = load_sharded(directory, progress=progress)
+    if config.tie_embeddings and stored_head_differs(hf_state):
+        warnings.warn(f"{directory}: config.json says tie_word_embeddings=true but the checkpoint stores a separate "
+                      "lm_head.weight that differs from the embedding; loading it untied, as transformers does",
+                      stacklevel=2)
+        config = config.replace(tie_embeddings=False)
+    state = state_from_hf(hf_state, config, family)
     model = build_with_weights(config, state, directory)
     return model.to(device=device, dtype=dtype).eval()
 

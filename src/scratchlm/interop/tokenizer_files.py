@@ -1,11 +1,11 @@
 """Tokenizer files next to a model when converting between the HF and scratchlm layouts.
 
-HF keeps a byte-level BPE tokenizer in `tokenizer.json` (+ `tokenizer_config.json`,
-`special_tokens_map.json`); scratchlm keeps its own files (`Tokenizer.save(dir)` / `Tokenizer.load(dir)`),
+HF keeps a tokenizer in `tokenizer.json` (+ `tokenizer_config.json`, `special_tokens_map.json`,
+`chat_template.jinja`); scratchlm reads those directly (`scratchlm.tokenizer.load_pretrained_tokenizer`,
+`Tokenizer.load(dir)`), and keeps its own trained tokenizers in its own files (`Tokenizer.save(dir)`),
 which never clash with a model's config.json / model.safetensors / tokenizer.json.
-  HF -> scratchlm: the HF files are copied byte for byte, and tokenizer.json is also translated into
-                   scratchlm's files with `scratchlm.tokenizer.hf_json` (when it is byte-level BPE).
-  scratchlm -> HF: an existing tokenizer.json is copied byte for byte; otherwise scratchlm's tokenizer is
+  HF -> scratchlm: the HF files are copied byte for byte (and checked to load).
+  scratchlm -> HF: existing HF files are copied byte for byte; otherwise scratchlm's tokenizer is
                    written as tokenizer.json + a tokenizer_config.json that AutoTokenizer understands.
 """
 
@@ -17,11 +17,11 @@ from pathlib import Path
 
 from scratchlm.io_utils import atomic_write, atomic_write_text
 from scratchlm.tokenizer import Tokenizer
-from scratchlm.tokenizer.hf_json import load_hf_tokenizer_json, save_hf_tokenizer_json
+from scratchlm.tokenizer.pretrained import load_pretrained_tokenizer
 
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
-HF_TOKENIZER_FILES = (TOKENIZER_JSON, TOKENIZER_CONFIG, "special_tokens_map.json")
+HF_TOKENIZER_FILES = (TOKENIZER_JSON, TOKENIZER_CONFIG, "special_tokens_map.json", "chat_template.jinja")
 
 
 def copy_file_atomic(src: Path, dst: Path) -> None:
@@ -42,28 +42,27 @@ def copy_hf_tokenizer_files(src_dir: str | Path, out_dir: str | Path) -> list[st
 def save_hf_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> Path:
     """Write a scratchlm Tokenizer as DIR/tokenizer.json + DIR/tokenizer_config.json (AutoTokenizer-loadable)."""
     directory = Path(directory)
-    save_hf_tokenizer_json(tokenizer, directory / TOKENIZER_JSON)
+    tokenizer.save_hf_json(directory / TOKENIZER_JSON)
     atomic_write_text(directory / TOKENIZER_CONFIG, json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}) + "\n")
     return directory / TOKENIZER_JSON
 
 
 def load_hf_tokenizer(directory: str | Path) -> Tokenizer:
-    """Load DIR/tokenizer.json (byte-level BPE) as a scratchlm Tokenizer."""
+    """Load DIR/tokenizer.json as a scratchlm Tokenizer."""
     path = Path(directory) / TOKENIZER_JSON
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; the HF model directory has no tokenizer.json")
-    return load_hf_tokenizer_json(path)
+    return Tokenizer.from_hf_json(path)
 
 
 def tokenizer_from_hf(src_dir: str | Path, out_dir: str | Path) -> list[str]:
-    """HF dir -> scratchlm dir; returns what was written (a non-BPE tokenizer.json is only copied)."""
+    """HF dir -> scratchlm dir: copy the tokenizer files; say so if scratchlm cannot run that tokenizer."""
     written = copy_hf_tokenizer_files(src_dir, out_dir)
     if TOKENIZER_JSON in written:
         try:
-            load_hf_tokenizer(src_dir).save(out_dir)
-            written.append("scratchlm tokenizer files")
+            load_pretrained_tokenizer(out_dir)
         except ValueError as exc:
-            written.append(f"(not converted to scratchlm's format: {exc})")
+            written.append(f"(scratchlm cannot run this tokenizer: {exc})")
     return written
 
 

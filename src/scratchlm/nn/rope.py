@@ -14,6 +14,7 @@ Complex form (equivalent to "interleaved"): view pairs as z_i = x[2i] + j x[2i+1
 RoPE is applied per head, after the projections are split into heads: x (B, H, T, Hd).
 positions: (T,) shared by the batch, or (B, T) per row. Tables cos/sin (max_seq_len, Hd/2) are
 non-persistent fp32 buffers; the rotation is computed in fp32 and cast back to x's dtype.
+Scaled variants (linear, dynamic NTK, llama3, YaRN, longrope) change the frequencies: see rope_scaling.py.
 
 Fused form (fused=True, ModelConfig.ops_impl="fused"): with full-width tables laid out like the head
 dims of the style (rope_tables) and rot(x) the 90-degree partner of every pair,
@@ -23,17 +24,20 @@ i.e. three elementwise ops instead of eight (equality tested in tests/unit/test_
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from scratchlm.nn.positional import check_positions
+from scratchlm.nn.rope_scaling import check_rope_scaling, default_inv_freq, dynamic_inv_freq, scaled_inv_freq
 
 ROPE_STYLES = ("interleaved", "half")
 
 
 def rope_inv_freq(head_dim: int, base: float) -> torch.Tensor:
-    """theta_i = base^(-2i/d) for i in [0, d/2): shape (d/2,), fp32."""
-    return 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)).float()
+    """theta_i = base^(-2i/d) for i in [0, d/2): shape (d/2,), fp32 (computed in float64)."""
+    return default_inv_freq(head_dim, base).float()
 
 
 def rope_angles(max_seq_len: int, head_dim: int, base: float) -> torch.Tensor:
@@ -58,11 +62,14 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str
     return out.to(x.dtype)
 
 
+def widen_table(t: torch.Tensor, style: str) -> torch.Tensor:
+    """(..., Hd/2) table -> (..., Hd) laid out like the head dims of the style."""
+    return torch.cat((t, t), -1) if style == "half" else t.repeat_interleave(2, -1)
+
+
 def rope_tables(cos: torch.Tensor, sin: torch.Tensor, style: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(T_max, Hd/2) tables -> (T_max, Hd) laid out like the head dims of the style."""
-    if style == "half":
-        return torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
-    return cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+    return widen_table(cos, style), widen_table(sin, style)
 
 
 def rotate_pairs(x: torch.Tensor, style: str) -> torch.Tensor:
@@ -91,10 +98,15 @@ def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
 
 
 class RotaryEmbedding(nn.Module):
-    """Holds the cos/sin tables and applies RoPE at explicit token positions."""
+    """Holds the cos/sin tables (optionally scaled, see rope_scaling.py) and applies RoPE at explicit positions.
+
+    Tables are (T_max, W) non-persistent fp32 buffers, W = Hd in the fused form, Hd/2 otherwise, already
+    multiplied by the scaling's attention factor. longrope keeps a second (long-factor) pair; dynamic NTK
+    computes the angles of a forward whose longest position exceeds L0 on the fly.
+    """
 
     def __init__(self, head_dim: int, max_seq_len: int, base: float = 10000.0, style: str = "half",
-                 fused: bool = False) -> None:
+                 fused: bool = False, scaling: dict[str, Any] | None = None) -> None:
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {head_dim}; pick d_model/n_heads even")
@@ -102,24 +114,64 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"unknown rope style {style!r}; valid: {ROPE_STYLES}")
         if base <= 1.0:
             raise ValueError(f"rope base must be > 1, got {base}")
+        if scaling is not None:
+            check_rope_scaling(scaling, head_dim)
         self.head_dim = head_dim
         self.max_seq_len = max_seq_len
         self.base = base
         self.style = style
         self.fused = fused
-        angles = rope_angles(max_seq_len, head_dim, base)
-        self.register_buffer("cos", torch.cos(angles), persistent=False)  # (T_max, Hd/2)
-        self.register_buffer("sin", torch.sin(angles), persistent=False)
-        if fused:
-            cos_full, sin_full = rope_tables(self.cos, self.sin, style)
-            self.register_buffer("cos_full", cos_full, persistent=False)  # (T_max, Hd)
-            self.register_buffer("sin_full", sin_full, persistent=False)
+        self.scaling = scaling
+        self.kind = None if scaling is None else scaling["rope_type"]
+        self.init_tables()
+
+    def _widen(self, t: torch.Tensor) -> torch.Tensor:
+        """(..., Hd/2) -> (..., Hd) laid out like the head dims of the style (fused form only)."""
+        return widen_table(t, self.style) if self.fused else t
+
+    def _register(self, suffix: str, inv_freq: torch.Tensor, factor: float, device: torch.device | None) -> None:
+        pos = torch.arange(self.max_seq_len, dtype=torch.float32, device=device)
+        angles = torch.outer(pos, inv_freq.float().to(device))  # (T_max, Hd/2)
+        self.register_buffer("cos" + suffix, self._widen(torch.cos(angles) * factor), persistent=False)
+        self.register_buffer("sin" + suffix, self._widen(torch.sin(angles) * factor), persistent=False)
+
+    def init_tables(self, device: torch.device | str | None = None) -> None:
+        """(Re)compute the tables, e.g. after the module was built on the meta device."""
+        inv, factor = scaled_inv_freq(self.head_dim, self.base, self.scaling, self.max_seq_len)
+        self._register("", inv, factor, device)
+        if self.kind == "longrope":
+            inv, factor = scaled_inv_freq(self.head_dim, self.base, self.scaling, self.max_seq_len, long=True)
+            self._register("_long", inv, factor, device)
+
+    def fused_copy(self) -> "RotaryEmbedding":
+        """This RoPE with full-width (fused-form) tables, on the same device (self if already fused)."""
+        if self.fused:
+            return self
+        copy = RotaryEmbedding(self.head_dim, self.max_seq_len, self.base, self.style, True, self.scaling)
+        copy.init_tables(self.cos.device)
+        return copy
+
+    def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin at `positions` (T,) or (B, T): (..., T, W) fp32 (W = Hd fused, Hd/2 otherwise)."""
+        check_positions(positions, self.max_seq_len)
+        cos, sin = self.cos[positions], self.sin[positions]
+        if self.kind is None or self.kind not in ("longrope", "dynamic"):
+            return cos, sin
+        l0 = self.scaling["original_max_position_embeddings"]
+        longest = positions.max() + 1  # one choice per forward, over the whole batch (as transformers)
+        if self.kind == "longrope":
+            beyond = longest > l0
+            return (torch.where(beyond, self.cos_long[positions], cos),
+                    torch.where(beyond, self.sin_long[positions], sin))
+        inv = dynamic_inv_freq(self.head_dim, self.base, self.scaling, longest).float()
+        angles = positions[..., None].float() * inv  # (..., T, Hd/2)
+        beyond = longest > l0
+        return (torch.where(beyond, self._widen(torch.cos(angles)), cos),
+                torch.where(beyond, self._widen(torch.sin(angles)), sin))
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x (B, H, T, Hd); positions (T,) or (B, T) -> rotated x, same shape and dtype."""
-        check_positions(positions, self.max_seq_len)
-        cos_t, sin_t = (self.cos_full, self.sin_full) if self.fused else (self.cos, self.sin)
-        cos, sin = cos_t[positions], sin_t[positions]  # (T, W) or (B, T, W); W = Hd fused, Hd/2 otherwise
+        cos, sin = self.tables(positions)  # (T, W) or (B, T, W)
         if positions.dim() == 2:
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, W): broadcast over heads
         if self.fused:
@@ -128,4 +180,5 @@ class RotaryEmbedding(nn.Module):
         return apply_rope(x, cos, sin, self.style)
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, base={self.base}, style={self.style}"
+        return (f"head_dim={self.head_dim}, max_seq_len={self.max_seq_len}, base={self.base}, style={self.style}"
+                + (f", scaling={self.kind}" if self.kind else ""))

@@ -3,19 +3,31 @@
 The socket is bound here (127.0.0.1 unless told otherwise) before uvicorn starts, so `port=0` picks a
 free port, and the line printed on start names the real address:
     scratchlm serve: serving 'NAME' on http://HOST:PORT  (chat page: /, API: /v1)
+
+Graceful shutdown (SIGTERM / Ctrl-C): the listening socket closes and new requests on open connections
+get 503; running and waiting requests have `shutdown_timeout` seconds to finish. Whatever is still
+generating then ends with an error chunk (code server_shutting_down), its finish chunk and `data: [DONE]`
+(a non-streamed request gets a 503), so no client sees a stream cut mid-way; then the process exits.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import socket
+import sys
 from pathlib import Path
 
 import torch
 import uvicorn
 
-from scratchlm.checkpoint import load_model
-from scratchlm.serve.server import DEFAULT_MAX_BODY_BYTES, create_app
-from scratchlm.tokenizer import Tokenizer
+from scratchlm.loading import load_pretrained
+from scratchlm.serve import API_KEY_ENV
+from scratchlm.serve.guards import LOOPBACK_HOSTS, is_loopback
+from scratchlm.serve.server import create_app
+from scratchlm.serve.state import ServeOptions, ServerState
+
+FLUSH_GRACE_S = 3.0  # after the shutdown timeout: time for the error chunks to reach the clients
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -30,7 +42,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise ValueError(f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port or --host") from None
-    sock.listen(128)
+    sock.listen(1024)
     sock.set_inheritable(True)
     return sock
 
@@ -46,30 +58,76 @@ def check_device(device: str) -> None:
 
 
 def default_model_name(checkpoint: Path) -> str:
-    """The checkpoint directory's name; for a training run's OUT/checkpoint, the name of OUT."""
+    """The checkpoint directory's name (for a training run's OUT/checkpoint, the name of OUT); a .gguf file's stem."""
     path = checkpoint.resolve()
+    if path.is_file():
+        return path.name.removesuffix(".gguf")
     return path.parent.name if path.name == "checkpoint" and path.parent.name else path.name
 
 
-def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
-               model_name: str | None = None, max_batch: int = 32,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, device: str = "cpu", decode: str = "fast") -> None:
-    """Serve the model in `checkpoint` (config.json + model.safetensors + tokenizer files) until stopped."""
+def default_allowed_hosts(host: str, allowed: list[str] | None) -> list[str] | None:
+    """--allowed-hosts if given; else the localhost names for a loopback bind, and any host otherwise."""
+    if allowed:
+        return allowed
+    return list(LOOPBACK_HOSTS) if is_loopback(host) else None
+
+
+def security_warnings(host: str, api_key: str | None) -> list[str]:
+    """What to tell the operator before serving (printed to stderr)."""
+    if api_key is None and not is_loopback(host):
+        return [f"listening on {host} without an API key: anyone who can reach this machine can use the model; "
+                f"set {API_KEY_ENV} (or --api-key) to require a key"]
+    return []
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn.Server whose shutdown drains the scheduler first (see the module docstring)."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState, shutdown_timeout: float) -> None:
+        super().__init__(config)
+        self.state, self.shutdown_timeout = state, shutdown_timeout
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.state.draining = True
+        abort = asyncio.get_running_loop().call_later(
+            self.shutdown_timeout, self.state.scheduler.abort,
+            f"the server is shutting down; this request did not finish within {self.shutdown_timeout:g} s")
+        try:
+            await super().shutdown(sockets)
+        finally:
+            abort.cancel()
+
+
+def configure_logging(access_log: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("scratchlm")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.getLogger("scratchlm.serve.access").disabled = not access_log
+
+
+def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
+               device: str = "cpu", shutdown_timeout: float = 10.0, access_log: bool = True,
+               options: ServeOptions | None = None) -> None:
+    """Serve the model at `checkpoint` (a scratchlm or HF model dir, or a .gguf file) until stopped."""
+    options = options or ServeOptions()
     checkpoint = Path(checkpoint)
-    if not checkpoint.is_dir():
-        raise FileNotFoundError(f"checkpoint directory {checkpoint} does not exist")
+    if shutdown_timeout < 0:
+        raise ValueError(f"--shutdown-timeout {shutdown_timeout} must be >= 0 seconds")
     check_device(device)
-    model = load_model(checkpoint, map_location=device).eval()
-    tokenizer = Tokenizer.load(checkpoint)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(f"tokenizer in {checkpoint} has {tokenizer.vocab_size} tokens but the model only "
-                         f"{model.config.vocab_size}; the checkpoint's tokenizer and model do not belong together")
+    loaded = load_pretrained(checkpoint, device=device)
+    model, tokenizer = loaded.model, loaded.tokenizer
     name = model_name or default_model_name(checkpoint)
-    app = create_app(model, tokenizer, name, api_key=api_key, max_body_bytes=max_body_bytes, max_batch=max_batch,
-                     decode=decode)
+    options.allowed_hosts = default_allowed_hosts(host, options.allowed_hosts)
+    app = create_app(model, tokenizer, name, options, stop_token_ids=loaded.stop_token_ids)
     sock = bind_socket(host, port)
+    configure_logging(access_log)
+    for warning in security_warnings(host, options.api_key):
+        print(f"scratchlm serve: warning: {warning}", file=sys.stderr, flush=True)
     shown = f"[{host}]" if ":" in host else host
     print(f"scratchlm serve: serving '{name}' on http://{shown}:{sock.getsockname()[1]}  (chat page: /, API: /v1)",
           flush=True)
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
+    config = uvicorn.Config(app, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=shutdown_timeout + FLUSH_GRACE_S)
+    GracefulServer(config, app.state.serve, shutdown_timeout).run(sockets=[sock])

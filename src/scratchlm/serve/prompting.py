@@ -5,6 +5,11 @@ P + max_tokens <= M; otherwise a 400 says by how much. When max_tokens is not gi
 OpenAI's default of 16 and chat uses the rest of the context, both capped at M - P.
 Completions stop at <|endoftext|>; chat stops at <|im_end|> or <|endoftext|> (the tokens the
 tokenizer has); `stop` strings end a choice with the text before them.
+
+Tokenizing is slow in pure Python (~1 MB/s), so the server runs `completion_job` / `chat_job` on a worker
+thread, and first calls `check_size`, which needs no tokenizer: a token covers at most B bytes of text
+(B = the longest token), so a text of N bytes has at least ceil(N / B) tokens; when even that bound does
+not fit the context the request is refused at once (a 1 MB prompt costs microseconds, not seconds).
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ from typing import Any
 
 from scratchlm.generate.sampling import SamplingParams
 from scratchlm.generate.streaming import default_stop_ids
-from scratchlm.serve.protocol import APIError, ChatRequest, CompletionRequest, SamplingFields
+from scratchlm.serve.protocol import APIError, ChatMessage, ChatRequest, CompletionRequest, SamplingFields
+from scratchlm.serve.structured import ConstraintFactory, StructuredOutput, constraint_factory
 from scratchlm.tokenizer.chat_template import render_chat
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16
 MAX_CHOICES = 64  # prompts x n per request
 EOT = "<|endoftext|>"
+NORMALIZER_SLACK = 3  # a normalizer (NFC, NFKC) may shrink text up to this factor before tokenizing
 
 
 @dataclass(frozen=True)
@@ -33,10 +40,48 @@ class JobSpec:
     stop_token_ids: tuple[int, ...]
     stop_strings: tuple[str, ...]
     seed: int | None
+    top_logprobs: int | None = None
+    echo: bool = False
+    constraint: ConstraintFactory | None = None
 
     @property
     def prompt_tokens(self) -> int:
         return sum(len(p) for p in self.prompts)
+
+
+@dataclass
+class JobContext:
+    """What job building needs from the server: the tokenizer and the model's limits."""
+
+    tokenizer: Any
+    context: int
+    vocab_size: int
+    structured: StructuredOutput
+    model_stops: list[int] | None = None  # the model's eos / end-of-turn ids, when it names them
+    chat_stops: list[int] | None = None
+
+    def __post_init__(self) -> None:
+        vocab = getattr(self.tokenizer, "vocab", None)
+        longest = max((len(v) for v in vocab.values()), default=1) if isinstance(vocab, dict) else 64
+        slack = NORMALIZER_SLACK if getattr(self.tokenizer, "normalizer", None) is not None else 1
+        self.bytes_per_token = max(longest, 1) * slack
+
+
+def check_size(req: SamplingFields, ctx: JobContext) -> None:
+    """400 before any tokenizing when a prompt's text is certainly longer than the context."""
+    if isinstance(req, CompletionRequest):
+        texts = [req.prompt] if isinstance(req.prompt, str) else [p for p in req.prompt if isinstance(p, str)]
+        param = "prompt"
+    else:
+        texts = ["".join(m.text() for m in req.messages)]
+        param = "messages"
+    for text in texts:
+        size = len(text.encode("utf-8", errors="surrogatepass"))
+        at_least = -(-size // ctx.bytes_per_token)
+        if at_least > ctx.context - 1:
+            raise APIError(400, f"the prompt has at least {at_least} tokens ({size} bytes of text) but this model's "
+                           f"context is {ctx.context} tokens; shorten the prompt to at most {ctx.context - 1} tokens",
+                           param=param, code="context_length_exceeded")
 
 
 def token_budget(prompt_len: int, requested: int | None, default: int | None, context: int, param: str,
@@ -59,7 +104,8 @@ def token_budget(prompt_len: int, requested: int | None, default: int | None, co
 def sampling_params_of(req: SamplingFields) -> SamplingParams:
     try:
         return SamplingParams(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
-                              frequency_penalty=req.frequency_penalty, presence_penalty=req.presence_penalty)
+                              repetition_penalty=req.repetition_penalty, frequency_penalty=req.frequency_penalty,
+                              presence_penalty=req.presence_penalty)
     except ValueError as exc:
         raise APIError(400, str(exc)) from None
 
@@ -90,26 +136,38 @@ def completion_prompts(req: CompletionRequest, tokenizer: Any, vocab_size: int) 
     return prompts
 
 
-def completion_job(req: CompletionRequest, tokenizer: Any, context: int, vocab_size: int) -> JobSpec:
-    prompts = completion_prompts(req, tokenizer, vocab_size)
+def completion_job(req: CompletionRequest, ctx: JobContext) -> JobSpec:
+    prompts = completion_prompts(req, ctx.tokenizer, ctx.vocab_size)
     if len(prompts) * req.n > MAX_CHOICES:
         raise APIError(400, f"{len(prompts)} prompts x n={req.n} = {len(prompts) * req.n} choices exceeds the limit of "
                        f"{MAX_CHOICES} per request; split the prompts over several requests", param="prompt")
-    budgets = [token_budget(len(p), req.max_tokens, COMPLETION_DEFAULT_MAX_TOKENS, context, "max_tokens",
-                            "prompt")
-               for p in prompts]
-    eot = tokenizer.special_token_ids.get(EOT)
-    stop_ids = () if eot is None else (eot,)
-    return JobSpec(prompts, budgets, req.n, sampling_params_of(req), stop_ids, req.stop_strings(), _seed(req))
+    budgets = [token_budget(len(p), req.max_tokens, COMPLETION_DEFAULT_MAX_TOKENS, ctx.context, "max_tokens",
+                            "prompt") for p in prompts]
+    if ctx.model_stops:
+        stop_ids = tuple(ctx.model_stops)
+    else:
+        eot = ctx.tokenizer.special_token_ids.get(EOT)
+        stop_ids = () if eot is None else (eot,)
+    constraint = constraint_factory(ctx.structured.factory(req.response_format), budgets, "max_tokens")
+    return JobSpec(prompts, budgets, req.n, sampling_params_of(req), stop_ids, req.stop_strings(), _seed(req),
+                   req.logprobs, req.echo, constraint)
 
 
-def chat_job(req: ChatRequest, tokenizer: Any, context: int) -> JobSpec:
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in req.messages]
+def render_messages(messages: list[ChatMessage], ctx: JobContext, add_generation_prompt: bool = True) -> list[int]:
+    """Token ids of a conversation in the chat template (developer messages count as system messages)."""
+    plain = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in messages]
     try:
-        ids, _ = render_chat(tokenizer, messages, add_generation_prompt=True)
+        ids, _ = render_chat(ctx.tokenizer, plain, add_generation_prompt=add_generation_prompt)
     except ValueError as exc:
         raise APIError(400, str(exc), param="messages") from None
+    return ids
+
+
+def chat_job(req: ChatRequest, ctx: JobContext) -> JobSpec:
+    ids = render_messages(req.messages, ctx)
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-    budget = token_budget(len(ids), req.token_limit, None, context, param, "messages")
-    stop_ids = tuple(default_stop_ids(tokenizer))
-    return JobSpec([ids], [budget], req.n, sampling_params_of(req), stop_ids, req.stop_strings(), _seed(req))
+    budget = token_budget(len(ids), req.token_limit, None, ctx.context, param, "messages")
+    stop_ids = tuple(ctx.chat_stops if ctx.chat_stops is not None else default_stop_ids(ctx.tokenizer))
+    constraint = constraint_factory(ctx.structured.factory(req.response_format), [budget], param)
+    return JobSpec([ids], [budget], req.n, sampling_params_of(req), stop_ids, req.stop_strings(), _seed(req),
+                   req.top_logprobs_n, False, constraint)

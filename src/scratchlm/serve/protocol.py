@@ -1,45 +1,76 @@
-"""The OpenAI wire format: request models (validated with pydantic), response/chunk builders, errors.
+"""The OpenAI wire format, requests side: pydantic request models, strict validation, errors.
 
 Requests are validated strictly (no "5" -> 5 coercion) and every failure becomes an `APIError`,
 rendered as OpenAI's error JSON:  {"error": {"message", "type", "param", "code"}}  with a 4xx status.
 Sampling fields follow OpenAI's ranges: temperature [0, 2] (0 = greedy), top_p (0, 1],
 presence/frequency penalty [-2, 2], n >= 1, max_tokens >= 1, stop: a string or up to 4 strings.
-`top_k` and `min_p` are extensions (0 = off) used by the chat page.
+`top_k`, `min_p` and `repetition_penalty` are extensions (as in vLLM).
+
+Nothing is silently ignored: a field OpenAI defines but this server does not implement answers 400
+naming it and why (UNSUPPORTED), and so does a field OpenAI does not define at all; only fields that
+cannot change the output (`user`, `metadata`, ...) are accepted and ignored.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 MAX_N = 16
 MAX_STOP = 4
+MAX_TOP_LOGPROBS = 20
+
+# OpenAI request fields this server does not implement, and why (a 400 names them).
+UNSUPPORTED = {
+    "logit_bias": "logit_bias is not supported",
+    "suffix": "suffix (insertion) is not supported",
+    "audio": "audio output is not supported (text only)",
+    "modalities": "only text output is supported; remove modalities",
+    "prediction": "predicted outputs are not supported",
+    "reasoning_effort": "this model has no reasoning-effort control",
+    "verbosity": "this model has no verbosity control",
+    "web_search_options": "web search is not supported",
+    "functions": "the deprecated functions field is not supported; send tools instead",
+    "function_call": "the deprecated function_call field is not supported; send tool_choice instead",
+}
 
 
 class APIError(Exception):
-    """An error the client caused (or could act on): HTTP status + OpenAI error fields."""
+    """An error the client caused (or could act on): HTTP status + OpenAI error fields (+ headers)."""
 
     def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+                 param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+class Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
+
+
+class StreamOptions(Strict):
     include_usage: bool = False
 
 
-class SamplingFields(BaseModel):
-    """Fields shared by /v1/completions and /v1/chat/completions."""
+class JSONSchemaFormat(Strict):
+    name: str = Field(min_length=1, max_length=64)
+    json_schema: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    description: str | None = None
+    strict: bool | None = None
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+
+class ResponseFormat(Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+
+class SamplingFields(Strict):
+    """Fields shared by /v1/completions and /v1/chat/completions."""
 
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
@@ -47,6 +78,7 @@ class SamplingFields(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0)
     min_p: float = Field(default=0.0, ge=0.0, lt=1.0)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
     n: int = Field(default=1, ge=1, le=MAX_N)
     stop: str | list[str] | None = None
     seed: int | None = None
@@ -54,9 +86,14 @@ class SamplingFields(BaseModel):
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    response_format: ResponseFormat | None = None
+    # accepted and ignored: they cannot change the output
     user: str | None = None
-    logprobs: bool | int | None = None
-    logit_bias: dict[str, float] | None = None
+    metadata: dict[str, str] | None = None
+    store: Literal[False] | None = None
+    service_tier: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
 
     def stop_strings(self) -> tuple[str, ...]:
         """`stop` as a tuple of non-empty strings (at most MAX_STOP)."""
@@ -67,38 +104,52 @@ class SamplingFields(BaseModel):
         return tuple(stops)
 
     def check_supported(self) -> None:
-        """Reject OpenAI features this server does not implement (instead of silently ignoring them)."""
-        if self.logprobs:
-            raise APIError(400, "logprobs are not supported by scratchlm serve; remove the logprobs field",
-                           param="logprobs")
-        if self.logit_bias:
-            raise APIError(400, "logit_bias is not supported by scratchlm serve; remove it", param="logit_bias")
+        """Cross-field rules pydantic cannot express."""
+        fmt = self.response_format
+        if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is None:
+            raise APIError(400, "response_format type 'json_schema' needs a json_schema object "
+                           "({'name': ..., 'schema': {...}})", param="response_format.json_schema")
+        if fmt is not None and fmt.type != "text" and self.stop:
+            raise APIError(400, "stop cannot be combined with a JSON response_format (a stop string could cut "
+                           "the JSON); remove stop", param="stop")
 
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+    @property
+    def top_logprobs_n(self) -> int | None:
+        """How many alternatives to report per token; None = no logprobs at all."""
+        raise NotImplementedError
+
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(default=None, ge=0)
     echo: bool = False
-    suffix: str | None = None
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     best_of: int | None = None
 
     def check_supported(self) -> None:
         super().check_supported()
-        if self.echo or self.suffix or (self.best_of is not None and self.best_of != self.n):
-            raise APIError(400, "echo, suffix and best_of are not supported by scratchlm serve; remove them")
+        if self.best_of is not None and self.best_of != self.n:
+            raise APIError(400, f"best_of={self.best_of} (ranking several samples) is not supported; use n",
+                           param="best_of")
+        if self.max_tokens == 0 and not self.echo:
+            raise APIError(400, "max_tokens=0 is only meaningful with echo=true (scoring the prompt); "
+                           "ask for at least 1 token", param="max_tokens")
+
+    @property
+    def top_logprobs_n(self) -> int | None:
+        return self.logprobs
 
 
-class TextPart(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+class TextPart(Strict):
     type: Literal["text"]
     text: str
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+class ChatMessage(Strict):
     role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart]
 
@@ -109,22 +160,46 @@ class ChatMessage(BaseModel):
 class ChatRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list[Any] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
 
     def check_supported(self) -> None:
         super().check_supported()
-        if self.tools:
-            raise APIError(400, "tools / function calling are not supported by scratchlm serve", param="tools")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+        if self.tools or self.tool_choice not in (None, "none"):
+            raise APIError(400, "tools / tool_choice are not supported by this server yet", param="tools")
 
     @property
     def token_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def top_logprobs_n(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+
+def _check_fields(cls: type[SamplingFields], data: dict[str, Any]) -> None:
+    """400 naming every top-level field the server does not implement or does not know."""
+    known = set(cls.model_fields)
+    unsupported = [k for k in data if k in UNSUPPORTED and k not in known]
+    if unsupported:
+        why = "; ".join(UNSUPPORTED[k] for k in unsupported)
+        raise APIError(400, f"unsupported field(s) {', '.join(map(repr, unsupported))}: {why}", param=unsupported[0])
+    unknown = [k for k in data if k not in known]
+    if unknown:
+        raise APIError(400, f"unrecognized request field(s) {', '.join(map(repr, unknown))}; remove them "
+                       f"(this endpoint takes {', '.join(sorted(known))})", param=unknown[0])
 
 
 def parse_request(cls: type[SamplingFields], data: Any) -> Any:
     """Validate decoded JSON into `cls`; the first problem becomes a 400 naming the field."""
     if not isinstance(data, dict):
         raise APIError(400, f"the request body must be a JSON object, got {type(data).__name__}")
+    _check_fields(cls, data)
     try:
         req = cls.model_validate(data)
     except ValidationError as exc:
@@ -134,51 +209,3 @@ def parse_request(cls: type[SamplingFields], data: Any) -> Any:
         raise APIError(400, f"invalid value for '{where}': {err['msg']} (got {got})", param=where) from None
     req.check_supported()
     return req
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
-
-
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
-
-
-class ResponseShape:
-    """Builds the response and chunk JSON of one request (completions or chat share the rest)."""
-
-    def __init__(self, chat: bool, model: str) -> None:
-        self.chat, self.model = chat, model
-        self.id = new_id("chatcmpl" if chat else "cmpl")
-        self.created = int(time.time())
-
-    def _envelope(self, obj: str, choices: list[dict], **extra: Any) -> dict[str, Any]:
-        return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices,
-                **extra}
-
-    def response(self, texts: list[str], reasons: list[str], use: dict[str, int]) -> dict[str, Any]:
-        """The non-streamed body: one choice per text."""
-        if self.chat:
-            choices = [{"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": r,
-                        "logprobs": None} for i, (t, r) in enumerate(zip(texts, reasons))]
-            return self._envelope("chat.completion", choices, usage=use)
-        choices = [{"index": i, "text": t, "finish_reason": r, "logprobs": None}
-                   for i, (t, r) in enumerate(zip(texts, reasons))]
-        return self._envelope("text_completion", choices, usage=use)
-
-    def chunk(self, index: int, text: str | None = None, finish_reason: str | None = None,
-              role: bool = False) -> dict[str, Any]:
-        """One streamed chunk for choice `index`: new text, the opening role (chat) or the finish reason."""
-        if self.chat:
-            delta: dict[str, str] = {"role": "assistant", "content": ""} if role else {}
-            if text is not None:
-                delta["content"] = text
-            choice = {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
-            return self._envelope("chat.completion.chunk", [choice])
-        choice = {"index": index, "text": text or "", "finish_reason": finish_reason, "logprobs": None}
-        return self._envelope("text_completion", [choice])
-
-    def usage_chunk(self, use: dict[str, int]) -> dict[str, Any]:
-        """The last chunk when stream_options.include_usage is set: no choices, the usage."""
-        return self._envelope("chat.completion.chunk" if self.chat else "text_completion", [], usage=use)

@@ -1,206 +1,195 @@
-"""The byte-level BPE tokenizer: encode (reference, from scratch, or tiktoken fast path) and decode.
+"""The BPE model: one pre-token (a string) -> token ids, from scratch.
 
-Encoding one pre-token (reference):
-    ids = [id(byte) for byte in utf8(pretoken)]
-    while some adjacent pair (x, y) is a merge: take the one with the lowest merge rank and replace
-    all its occurrences, left to right, by id(x + y).
-Special tokens are cut out first (longest match wins) and map straight to their ids.
+    symbols = one per char: vocab[c]  (vocab["##" + c] for non-first chars with a continuing_subword_prefix,
+              vocab[c + "</w>"] for the last char with an end_of_word_suffix);
+              a char not in the vocab -> its "<0xNN>" byte tokens (byte_fallback), else unk_token
+              (consecutive unknown chars fused into one unk with fuse_unk), else it is dropped
+    repeat: among adjacent pairs (a, b) listed in merges take the lowest rank (leftmost on ties),
+            replace it by vocab[a + b]; stop when no adjacent pair is a merge.
+    ignore_merges: a pre-token that is itself in the vocab is that one token (Llama-3).
+
+The merge loop is HF's: a min-heap of (rank, position) over a linked list of symbols, so a long
+pre-token (SentencePiece-style tokenizers make the whole text one pre-token) costs O(n log n).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Iterable, Iterator
+import heapq
 
-from scratchlm.tokenizer.pretokenize import pretokenize, special_regex, split_on_specials
+from scratchlm.tokenizer.byte_fallback import fallback_ids
+from scratchlm.tokenizer.json_fields import UnsupportedTokenizerFeature, check_fields
 
-IMPLS = ("reference", "tiktoken")
-CACHE_ENTRIES = 1 << 14  # bounded pre-token -> ids cache (cleared when full: memory stays constant)
-
-
-def _check_vocab(vocab: dict[int, bytes]) -> None:
-    for i, t in vocab.items():
-        if not isinstance(i, int) or i < 0:
-            raise ValueError(f"vocab id {i!r} must be a non-negative int")
-        if not isinstance(t, bytes) or not t:
-            raise ValueError(f"vocab[{i}] = {t!r} must be non-empty bytes")
+CACHE_ENTRIES = 1 << 14  # bounded pre-token -> tokens cache (cleared when full: memory stays constant)
+Tokens = tuple[list[int], list[tuple[int, int]]]  # ids, and each token's (start, end) chars in the pre-token
+MODEL_FIELDS = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk",
+                "byte_fallback", "ignore_merges")
 
 
-def _merge_table(merges: list[tuple[bytes, bytes]], ids: dict[bytes, int]) -> dict[tuple[int, int], tuple[int, int]]:
-    """(id_a, id_b) -> (rank, id_ab); the first rank wins for a repeated pair."""
+def merge_table(vocab: dict[str, int], merges: list[tuple[str, str]], prefix: str) -> dict[tuple[int, int], tuple[int, int]]:
+    """(id_a, id_b) -> (rank, id of a + b without b's continuing prefix); a repeated pair keeps its last rank."""
     table: dict[tuple[int, int], tuple[int, int]] = {}
     for rank, (a, b) in enumerate(merges):
-        try:
-            key, new = (ids[a], ids[b]), ids[a + b]
-        except KeyError as exc:
-            raise ValueError(
-                f"merge #{rank} ({a!r}, {b!r}) uses or makes token {exc.args[0]!r}, which is not in the vocab; "
-                "the vocab must hold both parts and their concatenation"
-            ) from None
-        table.setdefault(key, (rank, new))
+        merged = a + b[len(prefix):]
+        for part in (a, b, merged):
+            if part not in vocab:
+                raise ValueError(f"merge #{rank} ({a!r}, {b!r}) uses or makes token {part!r}, which is not in the vocab; "
+                                 "the vocab must hold both parts and their concatenation")
+        table[(vocab[a], vocab[b])] = (rank, vocab[merged])
     return table
 
 
-class Tokenizer:
-    """Byte-level BPE: `vocab` id -> bytes, `merges` in rank order, `special_tokens` never split.
+class BPE:
+    """The BPE model of tokenizer.json (fields as HF names them; see module docstring)."""
 
-    A special already in `vocab` (same bytes) keeps its id; otherwise it gets the next free id.
-    `impl="tiktoken"` encodes ordinary text with a tiktoken encoding built from these merges (same ids)."""
-
-    def __init__(
-        self,
-        vocab: dict[int, bytes],
-        merges: list[tuple[bytes, bytes]],
-        special_tokens: list[str] | None = None,
-        *,
-        impl: str = "reference",
-    ) -> None:
-        if impl not in IMPLS:
-            raise ValueError(f"impl={impl!r} is not one of {IMPLS}")
-        _check_vocab(vocab)
-        self.vocab: dict[int, bytes] = dict(vocab)
-        self.merges: list[tuple[bytes, bytes]] = [(bytes(a), bytes(b)) for a, b in merges]
-        self.special_tokens: list[str] = []
-        self.special_token_ids: dict[str, int] = {}
-        self._add_specials(special_tokens or [])
-        specials = set(self.special_token_ids.values())
-        self._ids: dict[bytes, int] = {}
-        for i, t in sorted(self.vocab.items()):
-            if i not in specials and self._ids.setdefault(t, i) != i:
-                raise ValueError(f"vocab ids {self._ids[t]} and {i} both hold {t!r}; ordinary tokens must be unique")
-        missing = [b for b in range(256) if bytes([b]) not in self._ids]
-        if missing:
-            raise ValueError(f"vocab lacks single-byte tokens {missing[:8]}...; byte-level BPE needs all 256 bytes")
-        self._byte_ids = [self._ids[bytes([b])] for b in range(256)]
-        self._merges = _merge_table(self.merges, self._ids)
-        self._table: list[bytes | None] = [None] * self.vocab_size
-        for i, t in self.vocab.items():
-            self._table[i] = t
-        self._special_re = special_regex(self.special_tokens)
-        self._cache: dict[str, list[int]] = {}
-        self.impl = impl
-        self._fast = None
-        if impl == "tiktoken":
-            from scratchlm.tokenizer.fast import tiktoken_encoding
-
-            self._fast = tiktoken_encoding(self)
-
-    def _add_specials(self, special_tokens: list[str]) -> None:
-        by_bytes = {t: i for i, t in sorted(self.vocab.items(), reverse=True)}
-        for s in special_tokens:
-            if not isinstance(s, str) or not s:
-                raise ValueError(f"special token {s!r} must be a non-empty string (e.g. '<|endoftext|>')")
-            if s in self.special_token_ids:
-                continue
-            i = by_bytes.get(s.encode("utf-8"))
-            if i is None:
-                i = max(self.vocab, default=-1) + 1
-                self.vocab[i] = s.encode("utf-8")
-            self.special_tokens.append(s)
-            self.special_token_ids[s] = i
-
-    @property
-    def vocab_size(self) -> int:
-        """Largest id + 1 (the embedding rows a model needs)."""
-        return max(self.vocab) + 1
-
-    def __repr__(self) -> str:
-        return f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, specials={self.special_tokens}, impl={self.impl!r})"
-
-    # -- encoding ----------------------------------------------------------------------------
-    def encode_word(self, word: str) -> list[int]:
-        """BPE of one pre-token (reference algorithm, see module docstring). A lone surrogate (not
-        encodable as UTF-8) becomes U+FFFD first, as tiktoken does."""
-        try:
-            data = word.encode("utf-8")
-        except UnicodeEncodeError:
-            data = word.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
-        ids = [self._byte_ids[b] for b in data]
-        merges = self._merges
-        while len(ids) > 1:
-            best = None
-            for pair in zip(ids, ids[1:]):
-                hit = merges.get(pair)
-                if hit is not None and (best is None or hit < best):
-                    best, a, b = hit, pair[0], pair[1]
-            if best is None:
-                break
-            out, i, n = [], 0, len(ids)
-            while i < n:
-                if ids[i] == a and i + 1 < n and ids[i + 1] == b:
-                    out.append(best[1])
-                    i += 2
-                else:
-                    out.append(ids[i])
-                    i += 1
-            ids = out
-        return ids
-
-    def encode_ordinary(self, text: str) -> list[int]:
-        """Encode text treating special-token strings as plain text."""
-        if self._fast is not None:
-            return self._fast.encode_ordinary(text)
-        cache, out = self._cache, []
-        for word in pretokenize(text):
-            ids = cache.get(word)
-            if ids is None:
-                ids = self.encode_word(word)
-                if len(cache) >= CACHE_ENTRIES:
-                    cache.clear()
-                cache[word] = ids
-            out.extend(ids)
-        return out
-
-    def encode(self, text: str) -> list[int]:
-        """Text -> ids; special tokens in the text map to their ids (longest match first)."""
-        if not isinstance(text, str):
-            raise ValueError(f"encode expects str, got {type(text).__name__}; decode bytes with .decode('utf-8') first")
-        if self._special_re is None or not any(s in text for s in self.special_tokens):
-            return self.encode_ordinary(text)  # common case: skip the special-token scan
-        out: list[int] = []
-        for piece, is_special in split_on_specials(text, self._special_re):
-            if is_special:
-                out.append(self.special_token_ids[piece])
-            else:
-                out.extend(self.encode_ordinary(piece))
-        return out
-
-    def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
-        """Lazily encode a stream of strings (e.g. a file's lines) as one text, in constant memory."""
-        from scratchlm.tokenizer.streaming import encode_stream
-
-        return encode_stream(self, iterable)
-
-    # -- decoding ----------------------------------------------------------------------------
-    def decode_bytes(self, ids: Iterable[int]) -> bytes:
-        """Concatenated token bytes; ValueError naming any id outside the vocab."""
-        ids = [int(i) for i in ids]
-        table = self._table
-        try:
-            if ids and min(ids) < 0:
-                raise IndexError
-            return b"".join([table[i] for i in ids])
-        except (IndexError, TypeError):
-            bad = next(i for i in ids if not 0 <= i < len(table) or table[i] is None)
-            raise ValueError(
-                f"token id {bad} is not in the vocabulary (vocab_size {self.vocab_size}); "
-                "were these ids made by another tokenizer?"
-            ) from None
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """Ids -> text; bytes that are not valid UTF-8 (e.g. a cut multi-byte char) become U+FFFD."""
-        return self.decode_bytes(ids).decode("utf-8", errors="replace")
-
-    # -- persistence -------------------------------------------------------------------------
-    def save(self, directory: str | Path) -> None:
-        """Write our readable format into `directory` (see `scratchlm.tokenizer.formats`)."""
-        from scratchlm.tokenizer.formats import save_tokenizer
-
-        save_tokenizer(self, directory)
+    def __init__(self, vocab: dict[str, int], merges: list[tuple[str, str]], *, unk_token: str | None = None,
+                 continuing_subword_prefix: str | None = None, end_of_word_suffix: str | None = None,
+                 fuse_unk: bool = False, byte_fallback: bool = False, ignore_merges: bool = False,
+                 dropout: float | None = None) -> None:
+        if dropout:
+            raise UnsupportedTokenizerFeature(f"model.dropout={dropout} (BPE dropout, random merges) is not supported; "
+                                              "set it to null for inference")
+        self.vocab = vocab
+        self.merges = merges
+        self.unk_token = unk_token
+        self.prefix = continuing_subword_prefix
+        self.suffix = end_of_word_suffix
+        self.fuse_unk = fuse_unk
+        self.byte_fallback = byte_fallback
+        self.ignore_merges = ignore_merges
+        self.dropout = dropout
+        self.vocab_r = {i: s for s, i in vocab.items()}
+        if len(self.vocab_r) != len(vocab):
+            raise ValueError("model.vocab maps two tokens to the same id; ids must be unique")
+        self._merges = merge_table(vocab, merges, continuing_subword_prefix or "")
+        self._cache: dict[str, Tokens] = {}
 
     @classmethod
-    def load(cls, directory: str | Path, *, impl: str = "reference") -> "Tokenizer":
-        """Read a tokenizer saved by `save` (works on a model directory holding it)."""
-        from scratchlm.tokenizer.formats import load_tokenizer
+    def from_json(cls, d: dict, where: str = "model") -> "BPE":
+        check_fields(d, where, ("vocab", "merges"), MODEL_FIELDS)
+        merges = []
+        for n, m in enumerate(d["merges"]):
+            parts = m.split(" ") if isinstance(m, str) else m
+            if not isinstance(parts, (list, tuple)) or len(parts) != 2 or not all(isinstance(p, str) for p in parts):
+                raise ValueError(f"{where}.merges[{n}] {m!r} is not a pair of tokens")
+            merges.append((parts[0], parts[1]))
+        vocab = {str(s): int(i) for s, i in d["vocab"].items()}
+        opts = {k: d.get(k) for k in MODEL_FIELDS if d.get(k) is not None}
+        return cls(vocab, merges, **opts)
 
-        return load_tokenizer(directory, impl=impl)
+    def to_json(self) -> dict:
+        return {"type": "BPE", "dropout": self.dropout, "unk_token": self.unk_token,
+                "continuing_subword_prefix": self.prefix, "end_of_word_suffix": self.suffix,
+                "fuse_unk": self.fuse_unk, "byte_fallback": self.byte_fallback, "ignore_merges": self.ignore_merges,
+                "vocab": {s: i for i, s in sorted(self.vocab_r.items())},
+                "merges": [[a, b] for a, b in self.merges]}
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    # -- encoding -----------------------------------------------------------------------------
+    def tokenize(self, word: str) -> Tokens:
+        """(ids, char spans within `word`) of one pre-token; cached."""
+        hit = self._cache.get(word)
+        if hit is not None:
+            return hit
+        if self.ignore_merges and word in self.vocab:
+            out: Tokens = ([self.vocab[word]], [(0, len(word))])
+        else:
+            ids, spans = self._symbols(word)
+            out = self._merge(ids, spans)
+        if len(self._cache) >= CACHE_ENTRIES:
+            self._cache.clear()
+        self._cache[word] = out
+        return out
+
+    def merge_symbols(self, word: str) -> list[int]:
+        """Ids the merges make of `word` (uncached, ignore_merges not applied)."""
+        ids, spans = self._symbols(word)
+        return self._merge(ids, spans)[0]
+
+    def _unk_id(self) -> int:
+        if self.unk_token not in self.vocab:
+            raise ValueError(f"model.unk_token {self.unk_token!r} is not in the model vocab")
+        return self.vocab[self.unk_token]
+
+    def _symbols(self, word: str) -> tuple[list[int], list[list[int]]]:
+        """Initial symbols: one per char, byte tokens, or unk (HF `merge_word` before merging)."""
+        ids: list[int] = []
+        spans: list[list[int]] = []
+        unk: list[int] | None = None  # [id, start, end] of a pending unk
+        last = len(word) - 1
+        for i, ch in enumerate(word):
+            s = ch
+            if i and self.prefix:
+                s = self.prefix + s
+            if i == last and self.suffix:
+                s = s + self.suffix
+            tid = self.vocab.get(s)
+            if tid is not None:
+                if unk is not None:
+                    ids.append(unk[0])
+                    spans.append(unk[1:])
+                    unk = None
+                ids.append(tid)
+                spans.append([i, i + 1])
+                continue
+            fb = fallback_ids(s, self.vocab) if self.byte_fallback else None
+            if fb is not None:
+                ids.extend(fb)
+                spans.extend([i, i + 1] for _ in fb)
+            elif self.unk_token is not None:
+                if unk is not None and self.fuse_unk:
+                    unk[2] = i + 1
+                    continue
+                if unk is not None:
+                    ids.append(unk[0])
+                    spans.append(unk[1:])
+                unk = [self._unk_id(), i, i + 1]
+        if unk is not None:
+            ids.append(unk[0])
+            spans.append(unk[1:])
+        return ids, spans
+
+    def _merge(self, ids: list[int], spans: list[list[int]]) -> Tokens:
+        """Apply merges lowest rank first, leftmost first among equal ranks (see module docstring)."""
+        n = len(ids)
+        merges = self._merges
+        heap = []
+        for i in range(n - 1):
+            hit = merges.get((ids[i], ids[i + 1]))
+            if hit is not None:
+                heap.append((hit[0], i, hit[1]))
+        if not heap:
+            return ids, [tuple(s) for s in spans]
+        heapq.heapify(heap)
+        nxt = list(range(1, n)) + [-1]
+        prv = list(range(-1, n - 1))
+        alive = [True] * n
+        while heap:
+            _, pos, new = heapq.heappop(heap)
+            j = nxt[pos]
+            if not alive[pos] or j == -1:
+                continue
+            hit = merges.get((ids[pos], ids[j]))
+            if hit is None or hit[1] != new:
+                continue  # stale entry: this pair changed since it was pushed
+            ids[pos] = new
+            spans[pos][1] = spans[j][1]
+            alive[j] = False
+            nxt[pos] = nxt[j]
+            if nxt[j] != -1:
+                prv[nxt[j]] = pos
+            p, q = prv[pos], nxt[pos]
+            if p != -1 and (hit := merges.get((ids[p], new))) is not None:
+                heapq.heappush(heap, (hit[0], p, hit[1]))
+            if q != -1 and (hit := merges.get((new, ids[q]))) is not None:
+                heapq.heappush(heap, (hit[0], pos, hit[1]))
+        keep = [k for k in range(n) if alive[k]]
+        return [ids[k] for k in keep], [tuple(spans[k]) for k in keep]
+
+    # -- ids <-> strings ----------------------------------------------------------------------
+    def id_to_token(self, i: int) -> str | None:
+        return self.vocab_r.get(i)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.vocab.get(token)

@@ -14,10 +14,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from scratchlm.tokenizer.bpe import Tokenizer
+    from scratchlm.tokenizer.pipeline import Tokenizer
 
 DEFAULT_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+# Tokens that end a turn in the common chat formats (ChatML, Llama-3, Gemma, Phi): generation stops there.
+END_OF_TURN_TOKENS = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>")
 
 
 def _special_ids(tok: "Tokenizer") -> tuple[int, int]:

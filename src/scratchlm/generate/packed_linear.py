@@ -1,0 +1,193 @@
+"""`PackedLinear`: y = x @ W^T + b with W stored in a decode-friendly weight format (FastDecoder's matrices).
+
+Weight formats (`quant`, chosen by the decode mode; WEIGHT_FORMATS):
+    None    W in the model's dtype. One row: our C++ fp32 GEMV (kernels/, both cores) when built, else
+            torch's x @ W^T over a contiguous W^T copy; B > 1: MKL-packed GEMM for the engine's fixed
+            batch (`pack_for_batch`) or W @ x^T.
+    "int8"  per-row symmetric int8 + torch's `_weight_int8pack_mm` (bf16 activations; approximate).
+    "bf16"  W rounded to bf16, x stays fp32: w = bf16 bits << 16 widened exactly in the kernel.
+    "q8_0"  ggml Q8_0 blocks (w = d q), "q4_1" ggml Q4_1 blocks (w = d q + m): the model's own GGUF
+            blocks when it has them in that type (`model.quantized_weights`), else quantized from the
+            fp32 weights with ggml's reference rounding (quant/ggml_quant.py).
+    "gguf"  the model's own GGUF blocks wherever it has Q8_0/Q4_1 ones, the fp32 weights elsewhere:
+            exactly the loaded model (the same dequantized weights HF would run), at block size.
+The kernel formats compute in fp32 on exactly the dequantized weights (see kernels/csrc/linear.cpp).
+Block matrices are never rescaled (that would re-round them): a norm gain g folded into "W diag(g)"
+for the dense formats is applied to x instead (x g), and an output row scale s to y (y s).
+Without the compiled kernels (SCRATCHLM_KERNELS=0, no compiler) the kernel formats run F.linear on
+the dequantized fp32 matrix: the same function, at fp32 speed.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from scratchlm.kernels import ops
+from scratchlm.quant.blocks import GGMLBlocks
+from scratchlm.quant.ggml_quant import dequantize_blocks, quantize_q4_1, quantize_q8_0
+
+WEIGHT_FORMATS = (None, "int8", "bf16", "q8_0", "q4_1", "gguf")
+BLOCK_FORMATS = ("q8_0", "q4_1", "gguf")
+KERNEL_BLOCK_TYPES = ("Q8_0", "Q4_1")  # ggml types our kernels read directly
+QUANTIZERS = {"q8_0": ("Q8_0", quantize_q8_0), "q4_1": ("Q4_1", quantize_q4_1)}
+BlockSource = Callable[[torch.Tensor], "GGMLBlocks | None"]  # a weight Parameter -> its GGUF blocks
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-row int8: s_o = max_i |W[o, i]| / 127,  q = clamp(round(W / s), -127, 127).
+
+    W ~ q * s (the dequantized matrix); w (out, in) fp32 -> q (out, in) int8, s (out,) fp32.
+    """
+    s = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0
+    q = torch.clamp(torch.round(w / s[:, None]), -127, 127).to(torch.int8)
+    return q, s
+
+
+def mkl_packing_available() -> bool:
+    """torch built with MKL and its packed-GEMM linear op (x86 CPU builds)."""
+    return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+
+
+class PackedLinear:
+    """y = x @ W^T + b in one of WEIGHT_FORMATS (module docstring); returns the model's dtype.
+
+    w (out, in) is the (folded) dense matrix for the dense formats; for the block formats `blocks`
+    holds W and in_scale (in,) / out_scale (out,) the factors applied to x / y around it.
+    """
+
+    def __init__(self, w: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype, quant: str | None,
+                 blocks: GGMLBlocks | None = None, in_scale: torch.Tensor | None = None,
+                 out_scale: torch.Tensor | None = None) -> None:
+        self.dtype, self.quant, self.blocks = dtype, quant, blocks
+        self.bias = None if bias is None else bias.to(dtype)
+        self.in_scale, self.out_scale = in_scale, out_scale
+        self.wt: torch.Tensor | None = None
+        self.mkl: tuple[int, torch.Tensor] | None = None  # (batch size, MKL-packed W)
+        self.native = ops.native_kernels() if (w is None or w.device.type == "cpu") else None
+        self.fallback: torch.Tensor | None = None  # dequantized fp32 W when the kernels are missing
+        if quant == "int8":
+            self.q, scale = quantize_int8(w.float())
+            self.scale = scale.to(torch.bfloat16)
+        elif blocks is not None:
+            if self.native is None:
+                self.fallback = dequantize_blocks(blocks)
+        elif quant == "bf16":
+            self.w = w.to(torch.bfloat16).contiguous()  # (out, in)
+            if self.native is None:
+                self.fallback = self.w.float()
+        else:
+            self.w = w.to(dtype).contiguous()  # (out, in)
+
+    def pack_for_batch(self, batch: int) -> None:
+        """Keep an MKL-packed copy of W for `batch` rows (replacing one for another size); fp32 only."""
+        cpu_fp32 = self.quant is None and self.dtype == torch.float32 and self.w.device.type == "cpu"
+        if cpu_fp32 and mkl_packing_available():
+            if self.mkl is None or self.mkl[0] != batch:
+                self.mkl = (batch, torch.ops.mkl._mkl_reorder_linear_weight(self.w, batch))
+
+    def transposed(self) -> torch.Tensor:
+        """W^T (in, out) contiguous, made on first use (the one-row GEMV layout)."""
+        if self.wt is None:
+            self.wt = self.w.t().contiguous()
+        return self.wt
+
+    def native_fp32(self, x: torch.Tensor) -> bool:
+        """Use our fp32 GEMV: one fp32 CPU row (torch's is single-threaded at ~half the bandwidth)."""
+        return (self.native is not None and self.quant is None and self.dtype == torch.float32 and x.shape[0] == 1
+                and self.w.shape[1] % 16 == 0)
+
+    def residual(self, x: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
+        """x + self(inp): the residual add fused into the GEMV where possible (addmm for one row)."""
+        if self.quant is None and self.bias is None and inp.shape[0] == 1 and not self.native_fp32(inp):
+            return torch.addmm(x, inp.to(self.dtype), self.transposed())
+        return x + self(inp)
+
+    def kernel_call(self, x: torch.Tensor) -> torch.Tensor:
+        """The kernel formats: fp32 x (B, in) -> fp32 (B, out), in/out scales applied."""
+        x = x.float()
+        if self.in_scale is not None:
+            x = x * self.in_scale
+        x = x.contiguous()
+        if self.fallback is not None:
+            y = F.linear(x, self.fallback)
+        elif self.blocks is not None:
+            y = ops.linear_blocks(self.native, x, self.blocks)
+        else:
+            y = self.native.linear_bf16(x, self.w)
+        return y if self.out_scale is None else y * self.out_scale
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, in) -> (B, out)."""
+        if self.quant == "int8":
+            y = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), self.q, self.scale).to(self.dtype)
+            return y if self.bias is None else y + self.bias
+        if self.quant is not None:
+            y = self.kernel_call(x).to(self.dtype)
+            return y if self.bias is None else y + self.bias
+        x = x.to(self.dtype)
+        if self.mkl is not None and self.mkl[0] == x.shape[0]:
+            return torch.ops.mkl._mkl_linear(x, self.mkl[1], self.w, self.bias, self.mkl[0])
+        if self.native_fp32(x):
+            y = self.native.linear_f32(x.contiguous(), self.w)
+        elif x.shape[0] == 1:
+            y = x @ self.transposed()
+        else:
+            y = (self.w @ x.t()).t()  # (out, in) @ (in, B) -> (B, out)
+        return y if self.bias is None else y + self.bias
+
+    def dequantized(self) -> torch.Tensor:
+        """The dense matrix this computes with, W (out, in) fp32 (q * s for int8; scales folded in)."""
+        if self.quant == "int8":
+            return self.q.float() * self.scale.float()[:, None]
+        w = dequantize_blocks(self.blocks) if self.blocks is not None else self.w.float()
+        if self.in_scale is not None:
+            w = w * self.in_scale[None, :]
+        return w if self.out_scale is None else w * self.out_scale[:, None]
+
+
+def stacked_blocks(linears: list[torch.nn.Module], quant: str, source: BlockSource | None) -> GGMLBlocks | None:
+    """[W_1; W_2; ...] as one block matrix (rows are independent, so stacking is exact), or None.
+
+    q8_0/q4_1: each part's own blocks of that type, else quantized from its fp32 weight.
+    gguf: the parts' own blocks if all have one kernel type, else None (the caller keeps fp32).
+    """
+    own = [source(lin.weight) if source is not None else None for lin in linears]
+    if quant == "gguf":
+        types = {b.ggml_type if b is not None else None for b in own}
+        if len(types) != 1 or next(iter(types)) not in KERNEL_BLOCK_TYPES:
+            return None
+        parts = own
+    else:
+        ggml_type, quantize = QUANTIZERS[quant]
+        parts = [b if b is not None and b.ggml_type == ggml_type else quantize(lin.weight.detach().float())
+                 for b, lin in zip(own, linears)]
+    data = torch.cat([b.data for b in parts])
+    return GGMLBlocks(parts[0].ggml_type, data.contiguous(), (data.shape[0], parts[0].shape[1]))
+
+
+def packed(linears: list[torch.nn.Module], dtype: torch.dtype, quant: str | None,
+           norm: torch.nn.Module | None = None, row_scale: torch.Tensor | None = None,
+           source: BlockSource | None = None) -> PackedLinear:
+    """The linears (same input) stacked into one matrix [W_1; W_2; ...]; when they read norm(x), the
+    norm's gain g is folded in (W diag(g), or x g for block formats) and a LayerNorm bias beta becomes
+    the extra bias W beta; row_scale (out,) multiplies output rows (and bias) last."""
+    w = torch.cat([lin.weight.detach().float() for lin in linears])  # (out, in)
+    b = None if linears[0].bias is None else torch.cat([lin.bias.detach().float() for lin in linears])
+    blocks = stacked_blocks(linears, quant, source) if quant in BLOCK_FORMATS else None
+    gain = None if norm is None else norm.weight.detach().float()
+    if norm is not None and getattr(norm, "bias", None) is not None:  # (x_hat g + beta) W^T = ... + beta W^T
+        extra = w @ norm.bias.detach().float()
+        b = extra if b is None else b + extra
+    if row_scale is not None:
+        row_scale = row_scale.to(w.device)
+        b = None if b is None else b * row_scale
+    if blocks is not None:
+        return PackedLinear(None, b, dtype, quant, blocks, gain, row_scale)
+    if gain is not None:
+        w = w * gain[None, :]
+    if row_scale is not None:
+        w = w * row_scale[:, None]
+    return PackedLinear(w, b, dtype, None if quant == "gguf" else quant)

@@ -1,0 +1,67 @@
+"""Build (once, cached) and load scratchlm's C++ decode kernels; `None` where that is not possible.
+
+The sources ship as package data (`kernels/csrc/*.cpp`) and are compiled on first use with
+`torch.utils.cpp_extension.load` (g++, ninja) for the machine that runs them (`-march=native`: AVX-512
+inner loops where the CPU has them, a portable loop otherwise). The build lands in torch's extension
+cache (`TORCH_EXTENSIONS_DIR`, default ~/.cache/torch_extensions) under a name that hashes the sources,
+the flags and the CPU, so later processes load it in well under a second and a changed source or
+another CPU gets its own build. Set `SCRATCHLM_KERNELS=0` to never build or use them: every caller
+then takes its pure-torch path (same math, see kernels/ops.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+CSRC = Path(__file__).parent / "csrc"
+SOURCES = ("linear.cpp",)
+CFLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off")
+
+
+def disabled() -> bool:
+    """True when the environment turns the native kernels off (SCRATCHLM_KERNELS=0)."""
+    return os.environ.get("SCRATCHLM_KERNELS", "1").strip().lower() in ("0", "false", "off", "no")
+
+
+def cpu_signature() -> str:
+    """A string that differs between CPUs that need different -march=native builds."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        lines = [ln for ln in info.splitlines() if ln.startswith(("model name", "flags"))][:2]
+        return "\n".join(lines)
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
+def build_name() -> str:
+    """scratchlm_kernels_<hash of sources, flags, CPU>: one cached build per (code, machine)."""
+    h = hashlib.sha256()
+    for name in SOURCES:
+        h.update((CSRC / name).read_bytes())
+    h.update(" ".join(CFLAGS).encode())
+    h.update(cpu_signature().encode())
+    return "scratchlm_kernels_" + h.hexdigest()[:12]
+
+
+@functools.cache
+def native() -> ModuleType | None:
+    """The compiled kernel module (built on first call), or None when disabled or no compiler works."""
+    if disabled() or shutil.which(os.environ.get("CXX", "c++")) is None:
+        return None
+    try:
+        import torch  # noqa: F401  (loads torch's OpenMP runtime first: the extension then shares it)
+        from torch.utils.cpp_extension import load
+
+        return load(name=build_name(), sources=[str(CSRC / s) for s in SOURCES], extra_cflags=list(CFLAGS),
+                    extra_ldflags=["-fopenmp"], verbose=False)
+    except Exception as exc:  # a missing compiler/ninja/headers: fall back to torch, say so once
+        warnings.warn(f"scratchlm: native decode kernels unavailable ({type(exc).__name__}: {exc}); "
+                      "using the pure-torch paths", RuntimeWarning, stacklevel=2)
+        return None

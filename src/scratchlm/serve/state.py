@@ -1,0 +1,122 @@
+"""What the request handlers share: model, tokenizer, scheduler, limits, and the request-level checks
+(API key, model name, JSON body) that every endpoint applies."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from fastapi import Request
+
+from scratchlm.generate.streaming import default_stop_ids
+from scratchlm.model import TransformerLM
+from scratchlm.serve.metrics import ServerMetrics
+from scratchlm.serve.prefix_cache import PrefixCache
+from scratchlm.serve.prompting import JobContext
+from scratchlm.serve.protocol import APIError
+from scratchlm.serve.scheduler import Scheduler
+from scratchlm.serve.structured import StructuredOutput
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB
+JSON_TYPES = ("application/json",)
+
+
+@dataclass
+class ServeOptions:
+    """Server settings (the `scratchlm serve` flags); defaults are safe for a loopback server."""
+
+    api_key: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_batch: int = 32
+    decode: str = "model"
+    max_queue: int = 256
+    prefix_cache_mb: float = 256.0
+    allowed_hosts: list[str] | None = None  # None: any Host header
+    allowed_origins: list[str] | None = None  # None: no CORS headers at all
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes < 1024:
+            raise ValueError(f"max_body_bytes={self.max_body_bytes} is too small; use at least 1024")
+        if self.prefix_cache_mb < 0:
+            raise ValueError(f"--prefix-cache-mb {self.prefix_cache_mb} must be >= 0 (0 turns the cache off)")
+
+
+class ServerState:
+    """One served model and everything the handlers need around it."""
+
+    def __init__(self, model: TransformerLM, tokenizer: Any, model_name: str, options: ServeOptions,
+                 stop_token_ids: list[int] | None = None) -> None:
+        self.model, self.tokenizer, self.model_name, self.options = model, tokenizer, model_name, options
+        self.api_key, self.max_body_bytes = options.api_key, options.max_body_bytes
+        self.context = model.config.max_seq_len
+        self.vocab_size = model.config.vocab_size
+        cache = PrefixCache(capacity_bytes=int(options.prefix_cache_mb * (1 << 20)))
+        self.scheduler = Scheduler(model, max_batch=options.max_batch, decode=options.decode,
+                                   max_queue=options.max_queue, prefix_cache=cache)
+        chat_stops = list(dict.fromkeys([*(stop_token_ids or []), *default_stop_ids(tokenizer)]))
+        structured = StructuredOutput(tokenizer, self.vocab_size, chat_stops)
+        self.jobs = JobContext(tokenizer, self.context, self.vocab_size, structured, stop_token_ids, chat_stops)
+        self.metrics = ServerMetrics(self.scheduler)
+        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="scratchlm-tokenize")
+        self.draining = False
+
+    def check_auth(self, request: Request) -> None:
+        """401 unless `Authorization: Bearer <api key>` matches (when a key is configured)."""
+        if self.api_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        if not header:
+            raise APIError(401, "missing API key: send the header 'Authorization: Bearer YOUR_KEY'",
+                           code="invalid_api_key")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.api_key.encode()):
+            raise APIError(401, "incorrect API key provided", code="invalid_api_key")
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name != self.model_name:
+            raise APIError(404, f"the model '{name}' does not exist; this server serves '{self.model_name}'",
+                           param="model", code="model_not_found")
+
+    def check_open(self) -> None:
+        if self.draining:
+            raise APIError(503, "the server is shutting down; retry against another instance", "server_error",
+                           code="server_shutting_down")
+
+    async def read_json(self, request: Request) -> Any:
+        """The body as JSON: Content-Type application/json (415 otherwise), at most max_body_bytes (413),
+        valid JSON (400, never a 500 for numbers Python refuses to convert)."""
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media not in JSON_TYPES:
+            raise APIError(415, f"Content-Type must be application/json, got {media or 'none'!r}; send the body as "
+                           "JSON with that header", code="unsupported_media_type")
+        limit = self.max_body_bytes
+        too_big = APIError(413, f"request body exceeds the limit of {limit} bytes; send a smaller request",
+                           code="request_too_large")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise too_big
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise too_big
+        try:
+            return json.loads(body)
+        except json.JSONDecodeError as exc:
+            raise APIError(400, f"the request body is not valid JSON ({exc.msg} at line {exc.lineno} column "
+                           f"{exc.colno}); send a JSON object") from None
+        except UnicodeDecodeError:
+            raise APIError(400, "the request body is not valid JSON (it is not UTF-8 text); send a JSON object") from None
+        except RecursionError:
+            raise APIError(400, "the request body is JSON nested too deeply to parse; send a flat JSON object") from None
+        except ValueError:  # e.g. an integer of more than 4300 digits
+            raise APIError(400, "the request body is not valid JSON: a number in it has too many digits; "
+                           "send numbers of at most 4300 digits") from None
+
+    async def off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run fn(*args) on the tokenizer threads (tokenizing must not stall other streams)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)

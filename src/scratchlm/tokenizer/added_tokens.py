@@ -1,0 +1,126 @@
+"""Added tokens: strings cut out of the text before anything else and mapped straight to their ids.
+
+Matching, as HF's AddedVocabulary does it (two passes):
+  1. on the raw text, tokens with normalized=False; 2. after normalizing the rest, tokens with
+     normalized=True (matched in their normalized form).
+In each pass the leftmost, then longest, occurrence wins, scanning left to right without overlaps.
+Flags of a match:
+    single_word  only when not glued to a word char on either side (else the text stays text)
+    lstrip       also swallow the whitespace before it;  rstrip  ... and after it
+    special      skipped by decode(skip_special_tokens=True), and treated as text by
+                 encode_ordinary (HF's `encode_special_tokens=True`); non-special added tokens are
+                 always matched
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import regex
+
+from scratchlm.tokenizer.json_fields import check_fields
+from scratchlm.tokenizer.normalized import NormalizedText
+from scratchlm.tokenizer.unicode_props import WORD_CLASS, count_leading, is_whitespace
+
+_WORD_AT_END = regex.compile(WORD_CLASS + r"\Z")
+_WORD_AT_START = regex.compile(WORD_CLASS)
+
+
+@dataclass(frozen=True)
+class AddedToken:
+    """One entry of tokenizer.json's "added_tokens" (flags as HF names them)."""
+
+    content: str
+    id: int
+    special: bool = True
+    single_word: bool = False
+    lstrip: bool = False
+    rstrip: bool = False
+    normalized: bool = False
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> "AddedToken":
+        check_fields(d, where, ("id", "content"), ("single_word", "lstrip", "rstrip", "normalized", "special"))
+        if not isinstance(d["content"], str) or not d["content"]:
+            raise ValueError(f"{where}: content {d['content']!r} must be a non-empty string")
+        special = bool(d.get("special", False))
+        return cls(d["content"], int(d["id"]), special, bool(d.get("single_word", False)), bool(d.get("lstrip", False)),
+                   bool(d.get("rstrip", False)), bool(d.get("normalized", not special)))
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "content": self.content, "single_word": self.single_word, "lstrip": self.lstrip,
+                "rstrip": self.rstrip, "normalized": self.normalized, "special": self.special}
+
+
+Piece = tuple[NormalizedText, int | None]  # text still to tokenize (id None), or a matched added token
+
+
+class AddedVocabulary:
+    """The added tokens and their two matchers (see module docstring)."""
+
+    def __init__(self, tokens: list[AddedToken], normalizer=None) -> None:
+        self.tokens = sorted(tokens, key=lambda t: t.id)
+        self.by_id = {t.id: t for t in self.tokens}
+        self.by_content = {t.content: t for t in self.tokens}
+        self.special_ids = frozenset(t.id for t in self.tokens if t.special)
+        # a normalized token is matched in its normalized form (HF's normalized_cache)
+        self.pattern_of = {t.id: (normalizer.normalize(NormalizedText(t.content)).text if t.normalized and normalizer
+                                  else t.content) for t in self.tokens}
+        self._raw = self._matcher([t for t in self.tokens if not t.normalized])
+        self._norm = self._matcher([t for t in self.tokens if t.normalized])
+
+    def _matcher(self, tokens: list[AddedToken]) -> tuple[regex.Pattern, dict[str, AddedToken]] | None:
+        if not tokens:
+            return None
+        by_text = {}
+        for t in tokens:
+            by_text.setdefault(self.pattern_of[t.id], t)
+        ordered = sorted(by_text, key=lambda s: (-len(s), s))  # longest first: leftmost-longest matching
+        return regex.compile("|".join(regex.escape(s) for s in ordered)), by_text
+
+    def matcher_regex(self) -> regex.Pattern | None:
+        """One regex matching any added token's text (longest first), None without added tokens."""
+        texts = sorted(set(self.pattern_of.values()), key=lambda s: (-len(s), s))
+        return regex.compile("|".join(regex.escape(s) for s in texts)) if texts else None
+
+    @property
+    def max_len(self) -> int:
+        return max((len(p) for p in self.pattern_of.values()), default=0)
+
+    def split(self, nt: NormalizedText, normalized: bool, skip_special: bool) -> list[Piece]:
+        """Cut `nt` at the matches of one pass (normalized=False: raw tokens; True: normalized ones)."""
+        matcher = self._norm if normalized else self._raw
+        text = nt.text
+        if matcher is None or not text:
+            return [(nt, None)] if text else []
+        rx, by_text = matcher
+        out: list[Piece] = []
+        done = 0
+        for m in rx.finditer(text):
+            tok = by_text[m.group()]
+            start, stop = m.span()
+            if skip_special and tok.special:
+                continue
+            if tok.single_word and not self._alone(text, start, stop):
+                continue
+            if tok.lstrip:
+                start = max(start - count_leading(reversed(text[:start]), is_whitespace), done)
+            if tok.rstrip:
+                stop += count_leading(text[stop:], is_whitespace)
+            start = max(start, done)
+            if start > done:
+                out.append((nt.slice(done, start), None))
+            out.append((nt.slice(start, stop), tok.id))
+            done = stop
+        if done < len(text):
+            out.append((nt.slice(done, len(text)), None))
+        return out
+
+    @staticmethod
+    def _alone(text: str, start: int, stop: int) -> bool:
+        before = start == 0 or _WORD_AT_END.search(text, 0, start) is None
+        after = stop == len(text) or _WORD_AT_START.match(text, stop) is None
+        return before and after
+
+    def to_json(self) -> list[dict]:
+        return [t.to_json() for t in self.tokens]

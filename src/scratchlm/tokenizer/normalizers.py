@@ -1,0 +1,216 @@
+"""Normalizers: the first pipeline stage, rewriting text before it is cut into pre-tokens.
+
+    NFC / NFD / NFKC / NFKD   Unicode normalization forms (unicodedata.normalize)
+    Lowercase                 every char lowercased on its own (no final-sigma rule, as in Rust)
+    Replace(pattern, content) every match of a literal or regex -> content
+    Prepend(prepend)          prepend a string to a non-empty text
+    Strip(left, right)        drop leading / trailing White_Space
+    Sequence([...])           apply in order
+Each keeps the input span of every output char (see normalized.py); a rewrite that changes the length
+maps each new char to the input chars it came from.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from scratchlm.tokenizer.json_fields import check_fields, dispatch
+from scratchlm.tokenizer.normalized import NormalizedText, Span
+from scratchlm.tokenizer.splitting import compile_pattern, parse_pattern, regex_runs
+from scratchlm.tokenizer.unicode_props import count_leading, is_whitespace
+
+
+def _norm_chunks(text: str, form: str) -> list[tuple[int, int]]:
+    """Input ranges that normalize independently: a starter with its combining marks, fused with the
+    next range whenever normalizing them together differs (Hangul jamo, composing starters)."""
+    bounds = [i for i in range(1, len(text)) if unicodedata.combining(text[i]) == 0] + [len(text)]
+    chunks: list[tuple[int, int]] = []
+    start = 0
+    for end in bounds:
+        if chunks:
+            a, b = chunks[-1]
+            joint = unicodedata.normalize(form, text[a:end])
+            if joint != unicodedata.normalize(form, text[a:b]) + unicodedata.normalize(form, text[b:end]):
+                chunks[-1] = (a, end)
+                start = end
+                continue
+        chunks.append((start, end))
+        start = end
+    return chunks
+
+
+class Unicode:
+    """NFC, NFD, NFKC or NFKD. Within a chunk that normalizes on its own, output char j keeps the span
+    of input char j (the last input char for extra output chars), as HF aligns them: composed "é" from
+    "e\u0301" points at "e", both chars of a decomposed "é" point at "é"."""
+
+    def __init__(self, form: str) -> None:
+        self.form = form
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> "Unicode":
+        check_fields(d, where)
+        return cls(d["type"])
+
+    def to_json(self) -> dict:
+        return {"type": self.form}
+
+    def normalize(self, nt: NormalizedText) -> NormalizedText:
+        text = nt.text
+        if unicodedata.is_normalized(self.form, text):
+            return nt
+        spans = nt.all_spans()
+        out: list[str] = []
+        new: list[Span] = []
+        chunks = _norm_chunks(text, self.form)
+        if "".join(unicodedata.normalize(self.form, text[a:b]) for a, b in chunks) != unicodedata.normalize(self.form, text):
+            chunks = [(0, len(text))]
+        for a, b in chunks:
+            piece = unicodedata.normalize(self.form, text[a:b])
+            out.append(piece)
+            new.extend(spans[min(a + j, b - 1)] for j in range(len(piece)))
+        return nt.rewritten("".join(out), new)
+
+
+class Lowercase:
+    """Per-char lowercase (Rust's char::to_lowercase, which has no final-sigma context rule)."""
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> "Lowercase":
+        check_fields(d, where)
+        return cls()
+
+    def to_json(self) -> dict:
+        return {"type": "Lowercase"}
+
+    def normalize(self, nt: NormalizedText) -> NormalizedText:
+        text = nt.text
+        low = text.lower() if "Σ" not in text else "".join(c.lower() for c in text)
+        if len(low) == len(text):
+            return nt.replaced(low)
+        spans = nt.all_spans()
+        out, new = [], []
+        for ch, sp in zip(text, spans):
+            lc = ch.lower()
+            out.append(lc)
+            new.extend([sp] * len(lc))
+        return nt.rewritten("".join(out), new)
+
+
+class Replace:
+    """Every match of `pattern` (a literal or a regex) becomes `content`; also a decoder."""
+
+    def __init__(self, pattern: str, content: str, literal: bool = True) -> None:
+        self.pattern, self.content, self.literal = pattern, content, literal
+        self.rx = compile_pattern(pattern, literal)
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> "Replace":
+        check_fields(d, where, ("pattern", "content"))
+        pattern, literal = parse_pattern(d["pattern"], where)
+        return cls(pattern, d["content"], literal)
+
+    def to_json(self) -> dict:
+        return {"type": "Replace", "pattern": {"String" if self.literal else "Regex": self.pattern},
+                "content": self.content}
+
+    def _replace(self, text: str) -> str:
+        return "".join(self.content if m else text[s:e] for s, e, m in regex_runs(self.rx, text))
+
+    def normalize(self, nt: NormalizedText) -> NormalizedText:
+        runs = regex_runs(self.rx, nt.text)
+        if not any(m for _, _, m in runs):
+            return nt
+        text = "".join(self.content if m else nt.text[s:e] for s, e, m in runs)
+        if all(e - s == len(self.content) for s, e, m in runs if m):
+            return nt.replaced(text)
+        spans, new = nt.all_spans(), []
+        for s, e, m in runs:
+            if not m:
+                new.extend(spans[s:e])
+            elif e > s:
+                new.extend([(spans[s][0], spans[e - 1][1])] * len(self.content))
+            else:  # an empty match: the inserted text sits at the next char (or after the last one)
+                at = spans[s] if s < len(spans) else (spans[-1][1], spans[-1][1]) if spans else (nt.base, nt.base)
+                new.extend([at] * len(self.content))
+        return nt.rewritten(text, new)
+
+    def decode_chain(self, tokens: list[str]) -> list[str]:
+        return [self._replace(t) for t in tokens]
+
+    def token_piece(self, token: str | bytes) -> str | bytes:
+        if isinstance(token, str):
+            return self._replace(token)
+        if self.literal:  # after a byte-producing decoder: replace in the UTF-8 bytes
+            return token.replace(self.pattern.encode("utf-8"), self.content.encode("utf-8"))
+        return token
+
+
+class Prepend:
+    """prepend + text, for a non-empty text."""
+
+    def __init__(self, prepend: str) -> None:
+        self.prepend = prepend
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> "Prepend":
+        check_fields(d, where, ("prepend",))
+        return cls(d["prepend"])
+
+    def to_json(self) -> dict:
+        return {"type": "Prepend", "prepend": self.prepend}
+
+    def normalize(self, nt: NormalizedText) -> NormalizedText:
+        return nt.prepend(self.prepend)
+
+
+class Strip:
+    """Drop leading (left) and/or trailing (right) White_Space."""
+
+    def __init__(self, left: bool = True, right: bool = True) -> None:
+        self.left, self.right = left, right
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> "Strip":
+        check_fields(d, where, ("strip_left", "strip_right"))
+        return cls(bool(d["strip_left"]), bool(d["strip_right"]))
+
+    def to_json(self) -> dict:
+        return {"type": "Strip", "strip_left": self.left, "strip_right": self.right}
+
+    def normalize(self, nt: NormalizedText) -> NormalizedText:
+        text = nt.text
+        a = count_leading(text, is_whitespace) if self.left else 0
+        b = len(text) - (count_leading(reversed(text), is_whitespace) if self.right else 0)
+        if a == 0 and b == len(text):
+            return nt
+        return nt.slice(a, max(a, b))
+
+
+class Sequence:
+    """Normalizers applied in order."""
+
+    def __init__(self, normalizers: list) -> None:
+        self.normalizers = normalizers
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> "Sequence":
+        check_fields(d, where, ("normalizers",))
+        return cls([from_json(n, f"{where}.normalizers[{i}]") for i, n in enumerate(d["normalizers"])])
+
+    def to_json(self) -> dict:
+        return {"type": "Sequence", "normalizers": [n.to_json() for n in self.normalizers]}
+
+    def normalize(self, nt: NormalizedText) -> NormalizedText:
+        for n in self.normalizers:
+            nt = n.normalize(nt)
+        return nt
+
+
+NORMALIZERS = {"NFC": Unicode, "NFD": Unicode, "NFKC": Unicode, "NFKD": Unicode, "Lowercase": Lowercase,
+               "Replace": Replace, "Prepend": Prepend, "Strip": Strip, "Sequence": Sequence}
+
+
+def from_json(d: dict | None, where: str = "normalizer"):
+    """A normalizer from its tokenizer.json object (None stays None)."""
+    return None if d is None else dispatch(d, where, NORMALIZERS)

@@ -1,0 +1,128 @@
+"""Operations: the bounded queue (429 + Retry-After), Prometheus /metrics, the access log, tokenizing off the
+event loop after a size check, CORS only when asked for, the API key from the environment, and the
+warnings printed before serving. Servers run in-process (inprocess.py) on models the test controls."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from scratchlm.cli.serve import resolve_api_key
+from scratchlm.serve.launch import default_allowed_hosts, security_warnings
+from scratchlm.serve.server import create_app
+from scratchlm.tokenizer import Tokenizer
+
+from inprocess import byte_model, get_json, serve_in_thread, wait_until
+
+BODY = {"model": "m", "prompt": "hi", "max_tokens": 4, "temperature": 0}
+
+
+def metric_values(url: str) -> dict[tuple[str, tuple], float]:
+    text = httpx.get(url + "/metrics", timeout=30).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_full_queue_is_429_with_retry_after_then_metrics_and_access_log(caplog):
+    caplog.set_level(logging.INFO, logger="scratchlm.serve.access")
+    model, tok = byte_model()
+    with serve_in_thread(create_app(model, tok, "m", max_batch=1, max_queue=2)) as (url, _):
+        model.armed = True
+        with ThreadPoolExecutor(3) as pool:
+            post = lambda: httpx.post(url + "/v1/completions", json=BODY, timeout=60)  # noqa: E731
+            first = pool.submit(post)
+            wait_until(model.entered.is_set)  # request 1 is in its prefill: it holds the only batch row
+            queued = [pool.submit(post) for _ in range(2)]
+            wait_until(lambda: get_json(url + "/health")["waiting"] == 2)
+            busy = httpx.post(url + "/v1/completions", json=BODY, timeout=60)
+            assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
+            assert busy.json()["error"]["code"] == "queue_full"
+            model.armed = False
+            model.gate.set()
+            done = [f.result() for f in [first, *queued]]
+        assert [r.status_code for r in done] == [200, 200, 200]
+        completion = sum(r.json()["usage"]["completion_tokens"] for r in done)
+        m = metric_values(url)
+    posts = (("endpoint", "/v1/completions"),)
+    assert m[("scratchlm_requests_total", tuple(sorted(posts + (("status", "200"),))))] == 3
+    assert m[("scratchlm_requests_total", tuple(sorted(posts + (("status", "429"),))))] == 1
+    assert m[("scratchlm_generated_tokens_total", ())] == completion == 12
+    assert m[("scratchlm_prompt_tokens_total", ())] == 3 * len(tok.encode("hi"))
+    assert m[("scratchlm_time_to_first_token_seconds_count", ())] == 3
+    assert m[("scratchlm_request_latency_seconds_count", ())] == 4
+    assert m[("scratchlm_queue_depth", ())] == 0 and m[("scratchlm_running_rows", ())] == 0
+    assert m[("scratchlm_tokens_per_second", ())] > 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "scratchlm.serve.access"]
+    posted = [ln for ln in lines if '"POST /v1/completions"' in ln]
+    assert len(posted) == 4 and sum(" 429 " in ln for ln in posted) == 1
+    assert sum(" 200 " in ln and "completion=4" in ln and "ttft=" in ln for ln in posted) == 3
+
+
+class SpyTokenizer(Tokenizer):
+    """Records the thread of every encode call."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.threads: list[str] = []
+
+    def encode(self, text: str) -> list[int]:
+        self.threads.append(threading.current_thread().name)
+        return super().encode(text)
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        self.threads.append(threading.current_thread().name)
+        return super().encode_ordinary(text)
+
+
+def test_tokenizing_runs_off_the_event_loop_after_a_size_check():
+    model, byte_tok = byte_model()
+    tok = SpyTokenizer(byte_tok.vocab, byte_tok.merges, byte_tok.special_tokens)
+    with TestClient(create_app(model, tok, "m", max_body_bytes=2 << 20)) as http:
+        huge = http.post("/v1/completions", json={**BODY, "prompt": "x" * 1_000_000})
+        assert huge.status_code == 400 and huge.json()["error"]["code"] == "context_length_exceeded"
+        assert "at least" in huge.json()["error"]["message"]
+        chat = {"model": "m", "messages": [{"role": "user", "content": "y" * 500_000}]}
+        assert http.post("/v1/chat/completions", json=chat).status_code == 400
+        assert tok.threads == []  # refused before any tokenizing
+        ok = http.post("/v1/completions", json=BODY)
+        ok_chat = http.post("/v1/chat/completions", json={**chat, "messages": [{"role": "user", "content": "y"}],
+                                                          "max_tokens": 2})
+        assert ok.status_code == 200 and ok_chat.status_code == 200
+    assert tok.threads and all(name.startswith("scratchlm-tokenize") for name in tok.threads)
+
+
+def test_cors_only_for_allowed_origins():
+    model, tok = byte_model()
+    with TestClient(create_app(model, tok, "m", allowed_origins=["http://app.example"])) as http:
+        pre = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+        ok = http.options("/v1/completions", headers={"Origin": "http://app.example", **pre})
+        assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == "http://app.example"
+        bad = http.options("/v1/completions", headers={"Origin": "http://evil.example", **pre})
+        assert bad.status_code == 400 and "access-control-allow-origin" not in bad.headers
+        r = http.post("/v1/completions", json=BODY, headers={"Origin": "http://app.example"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://app.example"
+
+
+def test_host_allow_list_names_the_flag():
+    model, tok = byte_model()
+    with TestClient(create_app(model, tok, "m", allowed_hosts=["api.example"])) as http:
+        assert http.get("/health", headers={"Host": "api.example:8000"}).status_code == 200
+        r = http.get("/health", headers={"Host": "other.example"})
+        assert r.status_code == 400 and "--allowed-hosts other.example" in json.dumps(r.json())
+
+
+def test_api_key_from_environment_and_warnings():
+    assert resolve_api_key(None, {"SCRATCHLM_API_KEY": "k1"}) == "k1"
+    assert resolve_api_key("k2", {"SCRATCHLM_API_KEY": "k1"}) == "k2"  # the flag wins
+    assert resolve_api_key(None, {"SCRATCHLM_API_KEY": ""}) is None and resolve_api_key(None, {}) is None
+    warned = security_warnings("0.0.0.0", None)
+    assert len(warned) == 1 and "without an API key" in warned[0] and "SCRATCHLM_API_KEY" in warned[0]
+    assert security_warnings("0.0.0.0", "k") == [] and security_warnings("127.0.0.1", None) == []
+    assert default_allowed_hosts("127.0.0.1", None) == ["localhost", "127.0.0.1", "[::1]"]
+    assert default_allowed_hosts("0.0.0.0", None) is None and default_allowed_hosts("0.0.0.0", ["a"]) == ["a"]

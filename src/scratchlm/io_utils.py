@@ -193,7 +193,8 @@ def atomic_output_file(path: str | Path, overwrite: bool = False, flag: str = "-
 
 
 def claim_run_dir(path: str | Path, overwrite: bool = False, flag: str = "--out") -> Path | None:
-    """Make `path` an empty directory for a run that fills it as it goes (module rule 4).
+    """Make `path` free for a run that fills it as it goes (module rule 4): afterwards it is absent or an
+    empty directory; the run's first write creates it, so a run that fails before writing leaves nothing.
 
     Returns where the previous contents were moved (overwrite=True only), else None."""
     path = check_output_path(path, "dir", overwrite, flag)
@@ -204,7 +205,6 @@ def claim_run_dir(path: str | Path, overwrite: bool = False, flag: str = "--out"
         os.replace(path, replaced)
         print(f"--overwrite: moved the previous contents of {path} to {replaced}; they are deleted when "
               "this run succeeds", file=sys.stderr)
-    path.mkdir(parents=True, exist_ok=True)
     return replaced
 
 

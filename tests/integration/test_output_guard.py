@@ -69,12 +69,13 @@ def test_atomic_output_file_and_run_dir(tmp_path):
             f.write(b"2")
     assert (tmp_path / "a.bin").read_bytes() == b"1"
     run = tmp_path / "run"
-    assert claim_run_dir(run) is None and run.is_dir()
+    assert claim_run_dir(run) is None and not run.exists()  # created by the run's first write
+    run.mkdir()
     (run / "metrics.jsonl").write_text("{}\n")
     with pytest.raises(FileExistsError):
         claim_run_dir(run)
     replaced = claim_run_dir(run, overwrite=True)
-    assert (replaced / "metrics.jsonl").exists() and not any(run.iterdir())
+    assert (replaced / "metrics.jsonl").exists() and not run.exists()
     release_replaced(replaced)
     assert not replaced.exists()
 

@@ -6,9 +6,9 @@ streams the reply until <|im_end|> / <|endoftext|> (or a --stop string, or --max
 Context policy: the reply budget is --max-new-tokens, by default min(256, half the model's context)
 (said on stderr when capped); an explicit budget that leaves no room for a message is refused at
 start. When conversation + budget exceed the model's max_seq_len, the oldest user/assistant turns
-are dropped (the system message is kept) and a note goes to stderr; if the last message alone does
-not fit, the turn fails with a one-line error: piped input stops there (exit 2), an interactive
-session goes on and exits 2 at the end.
+are dropped (the system message is kept) and a note goes to stderr; a default budget then shrinks
+to the room left (said on stderr). If the last message still does not fit, the turn fails with a
+one-line error: piped input stops there (exit 2), an interactive session goes on and exits 2 at the end.
 Commands: /reset clears the history, /exit (or Ctrl-D / end of input) quits.
 """
 
@@ -52,12 +52,19 @@ def reply_budget(args: argparse.Namespace, max_seq_len: int) -> int:
     return n
 
 
-def chat_turn(loaded, messages: list[dict], budget: int, kw: dict[str, Any]) -> str:
-    """Stream one assistant reply to the conversation and return its text."""
-    model, tokenizer = loaded.model, loaded.tokenizer
-    ids, dropped = fit_history(tokenizer, messages, model.config.max_seq_len - budget)
+def chat_turn(loaded, messages: list[dict], budget: int, explicit: bool, kw: dict[str, Any]) -> str:
+    """Stream one assistant reply to the conversation and return its text (context policy: module docstring)."""
+    model, tokenizer, ctx = loaded.model, loaded.tokenizer, loaded.model.config.max_seq_len
+    ids, dropped = fit_history(tokenizer, messages, ctx - budget)
     if dropped:
         print(f"[context full: dropped the {dropped} oldest message(s)]", file=sys.stderr)
+    if not explicit and len(ids) + budget > ctx:  # a default budget shrinks to the room left
+        if len(ids) >= ctx:
+            raise ValueError(f"the last message is {len(ids)} tokens with the chat template, which fills the "
+                             f"model's {ctx}-token context; shorten it")
+        budget = ctx - len(ids)
+        print(f"[reply capped to {budget} tokens: the conversation fills the rest of the {ctx}-token context]",
+              file=sys.stderr)
     return write_stream(stream_generate(model, tokenizer, ids, budget, stop_token_ids=loaded.stop_token_ids, **kw))
 
 
@@ -87,7 +94,7 @@ def run_chat(args: argparse.Namespace) -> int:
         if tty:
             sys.stdout.write("assistant> ")
         try:
-            reply = chat_turn(loaded, messages, budget, kw)
+            reply = chat_turn(loaded, messages, budget, args.max_new_tokens is not None, kw)
         except ValueError as exc:
             if not tty:
                 raise  # piped input: one line, exit 2 (scratchlm.cli.main)

@@ -16,7 +16,6 @@ through `load_pretrained`.
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,11 +28,12 @@ from scratchlm.interop.gguf_load import load_gguf
 from scratchlm.interop.gguf_tokenizer import (stop_token_ids_from_gguf, tokenizer_config_from_gguf,
                                              tokenizer_json_from_gguf)
 from scratchlm.interop.pretrained import from_pretrained, is_hf_config, read_config_json
-from scratchlm.interop.tokenizer_files import TOKENIZER_JSON, load_hf_tokenizer
+from scratchlm.interop.tokenizer_files import TOKENIZER_JSON
 from scratchlm.io_utils import atomic_write_text
 from scratchlm.model import TransformerLM
 from scratchlm.tokenizer import Tokenizer
 from scratchlm.tokenizer.formats import META_FILE
+from scratchlm.tokenizer.pretrained import load_pretrained_tokenizer, pretrained_from_json
 
 MODEL_KINDS = ("scratchlm", "hf", "gguf")
 
@@ -95,22 +95,21 @@ def _no_tokenizer(directory: Path) -> FileNotFoundError:
 
 
 def load_tokenizer_dir(directory: str | Path, prefer_hf: bool = True) -> Tokenizer:
-    """The tokenizer in a model directory: tokenizer.json (HF) or scratchlm's files, whichever is there."""
+    """The tokenizer in a model directory: tokenizer.json (HF, with its chat template and special tokens
+    attached: tokenizer.chat_template) or scratchlm's files, whichever is there."""
     directory = Path(directory)
     has_hf, has_ours = (directory / TOKENIZER_JSON).is_file(), (directory / META_FILE).is_file()
     if has_hf and (prefer_hf or not has_ours):
-        return load_hf_tokenizer(directory)
+        return load_pretrained_tokenizer(directory).tokenizer
     if has_ours:
         return Tokenizer.load(directory)
     raise _no_tokenizer(directory)
 
 
 def gguf_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
-    """The byte-level BPE tokenizer a GGUF file describes (via its tokenizer.json form)."""
-    spec = tokenizer_json_from_gguf(metadata)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / TOKENIZER_JSON).write_text(json.dumps(spec), encoding="utf-8")
-        return load_hf_tokenizer(tmp)
+    """The byte-level BPE tokenizer a GGUF file describes (via its tokenizer.json form), with its chat
+    template and special tokens attached."""
+    return pretrained_from_json(tokenizer_json_from_gguf(metadata), tokenizer_config_from_gguf(metadata)).tokenizer
 
 
 def _token_id(tokenizer: Any, text: str) -> int | None:

@@ -1,8 +1,10 @@
-"""`scratchlm chat`: an interactive multi-turn REPL over a checkpoint, using the ChatML template.
+"""`scratchlm chat`: an interactive multi-turn REPL over a checkpoint, in the model's chat format.
 
     scratchlm chat --checkpoint runs/sft --system "You are terse." --temperature 0.7 --top-p 0.9
-Each turn renders the whole conversation with `render_chat(..., add_generation_prompt=True)` and
-streams the reply until <|im_end|> / <|endoftext|> (or a --stop string, or --max-new-tokens).
+Each turn renders the whole conversation with the model's own chat template when it ships one (HF
+tokenizer_config.json / chat_template.jinja, GGUF metadata), else scratchlm's ChatML, plus the
+generation prompt (`chat_prompt_ids`), and streams the reply until a stop token (the model's eos /
+end-of-turn ids; <|im_end|> / <|endoftext|> for ChatML), a --stop string, or --max-new-tokens.
 Context policy: the reply budget is --max-new-tokens, by default min(256, half the model's context)
 (said on stderr when capped); an explicit budget that leaves no room for a message is refused at
 start. When conversation + budget exceed the model's max_seq_len, the oldest user/assistant turns
@@ -26,11 +28,11 @@ def fit_history(tokenizer: Any, messages: list[dict], room: int) -> tuple[list[i
     """Render messages (+ generation prompt), dropping the oldest non-system turns while over `room`.
 
     Mutates `messages`; returns (prompt ids, number of messages dropped)."""
-    from scratchlm.tokenizer import render_chat
+    from scratchlm.tokenizer.chat_template import chat_prompt_ids
 
     dropped = 0
     while True:
-        ids, _ = render_chat(tokenizer, messages, add_generation_prompt=True)
+        ids = chat_prompt_ids(tokenizer, messages)
         first = 1 if messages and messages[0]["role"] == "system" else 0
         if len(ids) <= room or len(messages) - first <= 1:
             return ids, dropped
@@ -110,7 +112,7 @@ def run_chat(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("chat", help="interactive multi-turn chat with a checkpoint (ChatML template, streaming)")
+    p = sub.add_parser("chat", help="interactive multi-turn chat with a checkpoint (the model's template, streaming)")
     add_model_args(p)
     p.add_argument("--system", default="", help="system message kept at the top of the conversation")
     add_sampling_args(p, max_new_tokens=256)

@@ -117,7 +117,7 @@ def write_stream(deltas) -> str:
 
 def run_generate(args: argparse.Namespace) -> int:
     loaded = load_for_generation(args)
-    prompt = loaded.tokenizer.encode(args.prompt)
+    prompt = loaded.tokenizer.prompt_ids(args.prompt)  # with the BOS the model's tokenizer adds, if any
     if not prompt:
         raise ValueError("--prompt encodes to no tokens; give some text")
     kw = sampling_kwargs(args)

@@ -6,10 +6,12 @@ preference:  {"prompt": str | messages, "chosen": str, "rejected": str}
 rl prompts:  {"prompt": str | messages, "reward": NAME, ...fields for the reward, e.g. "answer": "7"}
              ("reward" may be omitted when a default reward name is given).
 Prompt rule: a prompt given as a list of messages is rendered with the chat template plus the
-generation prompt, and completions end with the reply's end token; a prompt given as a plain string is
-encoded as is (raw completion task) and completions end with <|endoftext|>. The chat template is the
-model's own when it has one (pass its data.chat_format.ChatFormat as `fmt`), else scratchlm's ChatML
-(<|im_start|>role\n...<|im_end|>, replies end with <|im_end|>).
+generation prompt, and completions end with the reply's end token (<|im_end|> in ChatML, <|eot_id|> for
+Llama-3, <end_of_turn> for Gemma, ...); a prompt given as a plain string is encoded as is, after the
+tokenizer's BOS if it adds one (raw completion task), and completions end with <|endoftext|> (or the
+model's end token). The chat template is the model's own when it has one (pass its
+data.chat_format.ChatFormat as `fmt`; without `fmt`, the tokenizer's own: tok.chat_template), else
+scratchlm's ChatML (<|im_start|>role\n...<|im_end|>, replies end with <|im_end|>).
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from scratchlm.align.rewards import REWARDS
-from scratchlm.data.chat_format import EOT, ChatFormat
+from scratchlm.data.chat_format import EOT, ChatFormat, chat_format_of_tokenizer
 from scratchlm.data.jsonl import check_messages, read_jsonl, require_str
 
-CHATML = ChatFormat()
 __all__ = ["EOT", "PreferencePair", "RLPrompt", "encode_chat", "encode_completion", "encode_preferences",
            "encode_prompt", "encode_rl_prompts", "end_token", "load_chat_jsonl", "load_preference_jsonl",
            "load_rl_prompts_jsonl"]
@@ -88,12 +89,12 @@ def load_rl_prompts_jsonl(path: str | Path, default_reward: str | None = None) -
 
 def end_token(tok: Any, prompt: str | list, fmt: ChatFormat | None = None) -> int:
     """The id that ends a completion of this prompt (data.chat_format: the reply end or <|endoftext|>)."""
-    return (fmt or CHATML).end_id(tok, prompt)
+    return (fmt or chat_format_of_tokenizer(tok)).end_id(tok, prompt)
 
 
 def encode_prompt(tok: Any, prompt: str | list[dict[str, str]], fmt: ChatFormat | None = None) -> list[int]:
-    """Prompt ids: chat template + generation prompt for messages, plain encoding for a string."""
-    return (fmt or CHATML).encode_prompt(tok, prompt)
+    """Prompt ids: chat template + generation prompt for messages, BOS (if any) + text for a string."""
+    return (fmt or chat_format_of_tokenizer(tok)).encode_prompt(tok, prompt)
 
 
 def encode_completion(tok: Any, prompt: str | list, text: str, fmt: ChatFormat | None = None) -> list[int]:
@@ -104,18 +105,21 @@ def encode_completion(tok: Any, prompt: str | list, text: str, fmt: ChatFormat |
 def encode_chat(tok: Any, conversations: list[list[dict[str, str]]],
                 fmt: ChatFormat | None = None) -> list[tuple[list[int], list[int]]]:
     """(ids, loss_mask) per conversation: the chat template's rendering and its assistant mask."""
-    return [(fmt or CHATML).encode_chat(tok, messages) for messages in conversations]
+    fmt = fmt or chat_format_of_tokenizer(tok)
+    return [fmt.encode_chat(tok, messages) for messages in conversations]
 
 
 def encode_preferences(tok: Any, pairs: list[PreferencePair],
                        fmt: ChatFormat | None = None) -> list[tuple[list[int], list[int], list[int]]]:
     """(prompt_ids, chosen_ids, rejected_ids) per pair."""
+    fmt = fmt or chat_format_of_tokenizer(tok)
     return [(encode_prompt(tok, p.prompt, fmt), encode_completion(tok, p.prompt, p.chosen, fmt),
              encode_completion(tok, p.prompt, p.rejected, fmt)) for p in pairs]
 
 
 def encode_rl_prompts(tok: Any, examples: list[RLPrompt], fmt: ChatFormat | None = None) -> list[RLPrompt]:
     """Fill each prompt's ids and end token under `fmt` (in place); returns the list."""
+    fmt = fmt or chat_format_of_tokenizer(tok)
     for ex in examples:
         ex.ids, ex.end_id = encode_prompt(tok, ex.prompt, fmt), end_token(tok, ex.prompt, fmt)
     return examples

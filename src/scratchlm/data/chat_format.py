@@ -6,12 +6,14 @@
     fmt.encode_chat(tok, messages)    (ids, loss mask): the mask is 1 on the assistant replies and the token
                                       that ends each (ChatML: content + <|im_end|>; a model template: the
                                       template's assistant mask, found as transformers finds it)
-    fmt.encode_prompt(tok, prompt)    messages -> the rendering with the generation prompt; a str as is
+    fmt.encode_prompt(tok, prompt)    messages -> the rendering with the generation prompt; a str as is (after
+                                      the BOS the tokenizer's post-processor adds, if any: tok.prompt_ids)
     fmt.end_id(tok, prompt)           the token that ends a completion: the reply end for messages
                                       (<|im_end|> under ChatML, the template's end-of-turn token otherwise),
                                       <|endoftext|> (or the model's end token) for a raw string prompt
 `reply_end_of(template, tok, stop_ids)` finds a template's end-of-turn token by rendering a reply and
-taking the first stop token that follows it.
+taking the first stop token that follows it (ChatTemplate.end_of_turn_id). `chat_format_of_tokenizer(tok)`
+is the format a tokenizer carries itself (tok.chat_template, attached by the loaders), else ChatML.
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from scratchlm.tokenizer.chat_template import IM_END, render_chat
+from scratchlm.tokenizer.chat_template import IM_END, render_chatml
 
 EOT = "<|endoftext|>"
-_PROBE = "ZQZQ"
 
 
 @dataclass
@@ -35,15 +36,15 @@ class ChatFormat:
 
     def encode_chat(self, tok: Any, messages: list[dict[str, str]]) -> tuple[list[int], list[int]]:
         if self.template is None:
-            return render_chat(tok, messages)
+            return render_chatml(tok, messages)
         return self.template.encode(tok, messages)
 
     def encode_prompt(self, tok: Any, prompt: str | list[dict[str, str]]) -> list[int]:
         if not isinstance(prompt, list):
-            return list(tok.encode(prompt))
+            return list(tok.prompt_ids(prompt))
         if self.template is None:
-            return render_chat(tok, prompt, add_generation_prompt=True)[0]
-        return self.template.encode(tok, prompt, add_generation_prompt=True)[0]
+            return render_chatml(tok, prompt, add_generation_prompt=True)[0]
+        return list(tok.encode(self.template.render(prompt, add_generation_prompt=True)))
 
     def end_id(self, tok: Any, prompt: str | list) -> int:
         specials = getattr(tok, "special_token_ids", {}) or {}
@@ -83,10 +84,15 @@ def chat_format_of(loaded: Any) -> ChatFormat:
 
 def reply_end_of(template: Any, tok: Any, stop_ids: list[int]) -> int | None:
     """The first of `stop_ids` that the template writes right after an assistant reply, or None."""
-    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _PROBE}]
-    text = template.render(messages)
-    cut = text.find(_PROBE)
-    if cut < 0:
-        return None
-    tail = tok.encode(text[cut + len(_PROBE):])
-    return next((t for t in tail if t in stop_ids), None)
+    return template.end_of_turn_id(tok, stop_ids) if stop_ids else None  # None when no stop token follows
+
+
+def chat_format_of_tokenizer(tok: Any) -> ChatFormat:
+    """The format a tokenizer carries: its own template (tok.chat_template, set by the loaders for HF
+    dirs and GGUF files) with its end-of-turn token, else ChatML."""
+    eos = (getattr(tok, "special_tokens_map", None) or {}).get("eos_token")
+    text_end = tok.special_token_ids.get(eos) if eos else None
+    template = getattr(tok, "chat_template", None)
+    if template is None:
+        return ChatFormat(text_end_id=text_end)
+    return ChatFormat(template, template.end_of_turn_id(tok), text_end)

@@ -1,17 +1,21 @@
-"""ChatML chat template: messages -> (ids, loss_mask).
+"""Chat formatting: messages -> (ids, loss_mask), with the model's own template or scratchlm's ChatML.
+
+`render_chat(tok, messages)` uses `tok.chat_template` (a jinja_template.ChatTemplate: the template a
+real model ships, attached by the loaders) when the tokenizer has one, and scratchlm's ChatML, the
+default for models scratchlm trains, otherwise:
 
     per message:           <|im_start|>{role}\\n{content}<|im_end|>\\n
     generation prompt:     <|im_start|>assistant\\n
 
-loss_mask is 1 exactly on the tokens of assistant contents and on their closing <|im_end|>, 0 elsewhere.
-The header "{role}\\n", the content and the trailing "\\n" are encoded separately, so a content token
-never straddles the header; contents are plain text (a "<|im_end|>" typed in a message stays text and
-cannot end the turn).
+ChatML's loss_mask is 1 exactly on the tokens of assistant contents and on their closing <|im_end|>, 0
+elsewhere. The header "{role}\\n", the content and the trailing "\\n" are encoded separately, so a content
+token never straddles the header; contents are plain text (a "<|im_end|>" typed in a message stays
+text and cannot end the turn). A model's template renders as transformers does (see jinja_template.py).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from scratchlm.tokenizer.pipeline import Tokenizer
@@ -40,7 +44,27 @@ def _check_message(n: int, msg: object) -> tuple[str, str]:
     return msg["role"], msg["content"]
 
 
-def render_chat(tok: "Tokenizer", messages: list[dict], add_generation_prompt: bool = False) -> tuple[list[int], list[int]]:
+def render_chat(tok: "Tokenizer", messages: list[dict], add_generation_prompt: bool = False,
+                **template_kwargs: Any) -> tuple[list[int], list[int]]:
+    """Token ids of `messages` in the tokenizer's chat format and the matching 0/1 loss mask (1 = an
+    assistant token to train on). template_kwargs (tools, documents, ...) go to a model's template."""
+    template = getattr(tok, "chat_template", None)
+    if template is not None:
+        return template.encode(tok, messages, add_generation_prompt, **template_kwargs)
+    if template_kwargs:
+        raise ValueError(f"scratchlm's ChatML takes no {sorted(template_kwargs)}; this tokenizer has no chat template")
+    return render_chatml(tok, messages, add_generation_prompt)
+
+
+def chat_prompt_ids(tok: "Tokenizer", messages: list[dict], **template_kwargs: Any) -> list[int]:
+    """Ids of `messages` plus the generation prompt: what a model continues to reply (no mask computed)."""
+    template = getattr(tok, "chat_template", None)
+    if template is None:
+        return render_chat(tok, messages, True, **template_kwargs)[0]
+    return tok.encode(template.render(messages, add_generation_prompt=True, **template_kwargs))
+
+
+def render_chatml(tok: "Tokenizer", messages: list[dict], add_generation_prompt: bool = False) -> tuple[list[int], list[int]]:
     """Token ids of the ChatML rendering of `messages` and the matching 0/1 loss mask."""
     start, end = _special_ids(tok)
     newline = tok.encode_ordinary("\n")

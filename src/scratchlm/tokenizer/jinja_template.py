@@ -31,6 +31,7 @@ from scratchlm.tokenizer.template_data import plain, prepare_documents, prepare_
 
 GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+PROBE = "probe reply 7f3a"
 
 
 class ChatTemplate:
@@ -114,6 +115,19 @@ class ChatTemplate:
         if final is not None:
             text = _cut_at_continue_tag(text, final)
         return text, spans or []
+
+    def end_of_turn_id(self, tokenizer: Any, stop_ids: list[int] | None = None) -> int | None:
+        """The token the template writes right after an assistant reply (<|im_end|>, <|eot_id|>,
+        <end_of_turn>, </s>, ...): render [user, assistant=PROBE] and take the first token after PROBE that
+        is one of `stop_ids` (default: any added token, else the eos_token). None if there is none."""
+        text = self.render([{"role": "user", "content": "hi"}, {"role": "assistant", "content": PROBE}])
+        at = text.find(PROBE)
+        wanted = set(stop_ids) if stop_ids is not None else set(tokenizer.added.by_id)
+        if at >= 0:
+            for i in tokenizer.encode(text[at + len(PROBE):]):
+                if i in wanted:
+                    return i
+        return tokenizer.token_to_id(self.special_tokens.get("eos_token", "")) if stop_ids is None else None
 
     # -- ids and the assistant mask -----------------------------------------------------------
     def encode(self, tokenizer: Any, messages: Any, add_generation_prompt: bool = False, tools: Any = None,

@@ -78,6 +78,8 @@ class Tokenizer:
         self.special_token_ids = {t.content: t.id for t in self.added.tokens if t.special}
         self.special_tokens = list(self.special_token_ids)
         self.surrogates = surrogates
+        self.chat_template = None  # a jinja_template.ChatTemplate when the model ships one (set by the loaders)
+        self.special_tokens_map: dict[str, str] = {}  # bos_token / eos_token / ... -> text (HF's names)
         self._vocab: dict[int, bytes] | None = None
         self._needs_positions = needs_positions(parts.pre_tokenizer)
         self.impl = impl
@@ -190,6 +192,16 @@ class Tokenizer:
         if self.post_processor is None and pair is None:
             return encs[0].ids
         return post_process(self.post_processor, encs, add_special_tokens).ids
+
+    def prompt_ids(self, text: str) -> list[int]:
+        """Ids of a text to continue: the post-processor's leading tokens (e.g. BOS), then the text; never
+        trailing ones such as EOS. Just the text for scratchlm's own tokenizers."""
+        if self.post_processor is None:
+            return self.encode(text)
+        plain = self.encode(text)
+        full = self.encode(text, add_special_tokens=True)
+        lead = next((k for k in range(len(full) - len(plain) + 1) if full[k:k + len(plain)] == plain), 0)
+        return full[:lead] + plain
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Encode with special tokens' strings treated as plain text (HF's encode_special_tokens=True);

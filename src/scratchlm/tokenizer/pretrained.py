@@ -85,11 +85,7 @@ class PretrainedTokenizer:
     def encode_chat(self, messages: list[dict], add_generation_prompt: bool = False,
                     **kwargs: Any) -> tuple[list[int], list[int]]:
         """(ids, assistant mask): the model's chat template, or scratchlm's ChatML when it has none."""
-        if self.chat_template is None:
-            if kwargs:
-                raise ValueError(f"scratchlm's ChatML template takes no {sorted(kwargs)} (this model has no chat template)")
-            return render_chat(self.tokenizer, messages, add_generation_prompt)
-        return self.chat_template.encode(self.tokenizer, messages, add_generation_prompt, **kwargs)
+        return render_chat(self.tokenizer, messages, add_generation_prompt, **kwargs)
 
 
 def _named_tokens(config: dict, special_map: dict | None) -> tuple[dict[str, Any], list[Any]]:
@@ -150,6 +146,7 @@ def pretrained_from_json(tokenizer_json: dict, tokenizer_config: dict | None = N
                              add_eos_token=bool(with_specials) and with_specials[-1] == ids.get("eos_token"))
     source = _template_source(config, chat_template)
     template = ChatTemplate(source, names) if source else None
+    tok.chat_template, tok.special_tokens_map = template, names
     return PretrainedTokenizer(tok, template, specials, config)
 
 

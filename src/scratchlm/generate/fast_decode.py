@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from scratchlm.config import ModelConfig
 from scratchlm.generate.packed_linear import (  # PackedLinear, mkl_packing_available, quantize_int8: re-exported
     WEIGHT_FORMATS, BlockSource, PackedLinear, mkl_packing_available, norm_gain, packed, quantize_int8)
+from scratchlm.generate.native_step import native_step
 from scratchlm.model import TransformerLM, layer_rope_kind
 from scratchlm.nn.activations import TORCH_ACTIVATIONS
 from scratchlm.nn.kv_cache import KVCache
@@ -206,6 +207,7 @@ class FastDecoder:
         self.local_rope = None if local_rope is None else local_rope.fused_copy()
         if rope is not None:
             self.rotation = rope_rotation(c.head_dim, rope.style, torch.float32).to(rope.cos.device)
+        self.native = native_step(self)  # the whole step in C++ where supported (generate/native_step.py)
 
     def linears(self) -> list[PackedLinear]:
         """Every packed matrix of the model (the layers', then the LM head)."""
@@ -238,6 +240,10 @@ class FastDecoder:
         if s + 1 > cache.max_seq_len:
             raise ValueError(f"KV cache overflow: {s + 1} tokens > cache capacity {cache.max_seq_len}; "
                              "allocate a larger cache (max_seq_len) or shorten prompt + max_new_tokens")
+        if self.native is not None:
+            logits = self.native.step(tokens, positions, key_mask, cache.k, cache.v, s)
+            cache.advance(1)
+            return logits
         h, kvh, hd = self.h, self.kvh, self.hd
         x = F.embedding(tokens, self.embed)  # (B, D)
         if self.config.embedding_multiplier != 1.0:

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scratchlm.config_checks import LAYER_TYPES, check_attention_layout, check_scalars
+from scratchlm.config_checks import LAYER_TYPES, check_attention_layout, check_moe, check_scalars
 from scratchlm.field_types import check_field_types
 from scratchlm.nn.activations import ACTIVATIONS
 from scratchlm.nn.attention import ATTN_IMPLS, QK_NORM_SCOPES
 from scratchlm.nn.ffn import swiglu_hidden_dim
+from scratchlm.nn.moe import MOE_IMPLS, MOE_ROUTERS
 from scratchlm.nn.rope import ROPE_STYLES
 from scratchlm.nn.rope_scaling import check_rope_scaling
 
@@ -29,6 +30,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "rope_style": ROPE_STYLES,
     "norm_placement": ("pre", "post", "sandwich", "output"),
     "qk_norm_scope": QK_NORM_SCOPES,
+    "moe_router": MOE_ROUTERS,
+    "moe_impl": MOE_IMPLS,
     "attn_impl": ATTN_IMPLS,
     "ops_impl": ("reference", "fused"),
 }
@@ -74,6 +77,15 @@ class ModelConfig:
     layer_types: tuple[str, ...] | None = None  # per layer "full_attention" | "sliding_attention"; None: all
     #                                             sliding when sliding_window is set, else all full
     norm_placement: str = "pre"
+    moe_num_experts: int = 0  # nn/moe.py: > 0 makes every FFN (but moe_dense_layers) a mixture of experts
+    moe_top_k: int = 2  # experts per token
+    moe_d_ff: int | None = None  # width of each expert (default d_ff)
+    moe_router: str = "softmax_topk"  # or "topk_softmax"
+    moe_norm_topk_prob: bool = True  # softmax_topk: renormalise the k chosen probabilities to sum to 1
+    moe_shared_d_ff: int = 0  # > 0: a sigmoid-gated shared expert of this width in every MoE layer (Qwen2-MoE)
+    moe_dense_layers: tuple[int, ...] = ()  # layers that keep the dense FFN (width d_ff)
+    moe_aux_loss_coef: float = 0.01  # weight of the load-balancing loss in training (train/moe_loss.py)
+    moe_impl: str = "reference"  # "reference" (every expert, dense combine) or "grouped" (sparse, tested equal)
     tie_embeddings: bool = True
     attn_impl: str = "reference"
     ops_impl: str = "reference"  # "fused": norms, activations and RoPE through torch's fused kernels
@@ -84,7 +96,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)  # wrong types (e.g. --model.norm_eps=small) are a ValueError naming the field
-        self.derived = tuple(n for n in ("n_kv_heads", "head_dim", "d_ff") if getattr(self, n) is None)
+        self.derived = tuple(n for n in ("n_kv_heads", "head_dim", "d_ff", "moe_d_ff") if getattr(self, n) is None)
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "ffn_multiple_of"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -128,6 +140,7 @@ class ModelConfig:
             check_rope_scaling(self.rope_scaling, self.head_dim)
         check_attention_layout(self)
         check_scalars(self)
+        check_moe(self)
         if not self.init_std > 0:
             raise ValueError(f"ModelConfig.init_std must be > 0, got {self.init_std}")
 
@@ -140,6 +153,10 @@ class ModelConfig:
     def layer_window(self, i: int) -> int | None:
         """The sliding window of layer i (None: full causal attention)."""
         return self.sliding_window if self.layer_type(i) == "sliding_attention" else None
+
+    def is_moe_layer(self, i: int) -> bool:
+        """True when layer i's FFN is a mixture of experts."""
+        return self.moe_num_experts > 0 and i not in self.moe_dense_layers
 
     @property
     def fused_ops(self) -> bool:

@@ -26,7 +26,7 @@ FEATURE_DEFAULTS: dict[str, Any] = {
     "qkv_bias": False, "attn_out_bias": False, "mlp_bias": False, "qk_norm": False, "qk_norm_scope": "head",
     "attn_scale": None, "attn_softcap": None, "final_softcap": None, "embedding_multiplier": 1.0,
     "residual_multiplier": 1.0, "logits_scaling": 1.0, "rope_scaling": None, "rope_local_base": None,
-    "sliding_window": None, "layer_types": None, "nope_layers": (),
+    "sliding_window": None, "layer_types": None, "nope_layers": (), "moe_num_experts": 0,
 }
 
 

@@ -2,6 +2,7 @@
 
 One optimizer step s (0-based):
     lr_s = schedule(s);  for each micro-batch m: loss_m = CE(model(x_m), y_m) / A;  backward
+    (MoE models add moe_aux_loss_coef * the load-balancing loss to CE, train/moe_loss.py)
     n = ||g|| (clipped to grad_clip);  the divergence guard (train/guard.py) stops the run if the loss or
     n is inf/NaN or the loss spikes (nothing saved after the last good checkpoint);  AdamW step with lr_s
 Before every checkpoint the guard also checks the weights to save (finite, probe loss not spiking).
@@ -38,6 +39,7 @@ from scratchlm.train.data_source import DataSource, to_device
 from scratchlm.train.guard import DivergenceGuard, TrainingDiverged
 from scratchlm.train.losses import cross_entropy, perplexity
 from scratchlm.train.metrics import MetricsLog, PeakTracker, plot_loss_curve
+from scratchlm.train.moe_loss import load_balancing_loss
 from scratchlm.train.optim import build_optimizer
 from scratchlm.train.progress import TrainProgress
 from scratchlm.train.resume import resumed_total_steps, schedule_lr
@@ -101,7 +103,7 @@ class Trainer:
         # compile=true compiles forward *and* loss as one graph: inductor fuses the (B*T, V) log-softmax
         # with the LM head's output instead of materialising fp32 logits (1.6x faster than compiling the
         # model alone in benchmarks/train_step.py)
-        self._train_loss = torch.compile(self._loss) if cfg.compile else self._loss
+        self._train_loss = torch.compile(self._training_loss) if cfg.compile else self._training_loss
         self.tokens_per_step = self.info.world_size * cfg.grad_accum * cfg.batch_size * cfg.seq_len
         self.flops_per_token = model_stats(self.raw_model, self.raw_model.config, cfg.seq_len).flops_per_token_train
 
@@ -148,6 +150,17 @@ class Trainer:
             logits = (model or self.model)(x)  # (B, T, V)
         return cross_entropy(logits, y, label_smoothing=self.cfg.label_smoothing, z_loss=self.cfg.z_loss,
                              reduction=reduction, impl=self.cfg.loss_impl)
+
+    def _training_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The optimised loss: cross entropy, plus moe_aux_loss_coef * the load-balancing loss for MoE models."""
+        config = self.raw_model.config
+        if config.moe_num_experts == 0 or config.moe_aux_loss_coef == 0:
+            return self._loss(x, y)
+        with self._autocast():
+            logits, router_logits = self.model(x, return_router_logits=True)  # (B, T, V), per MoE layer (B T, E)
+        ce = cross_entropy(logits, y, label_smoothing=self.cfg.label_smoothing, z_loss=self.cfg.z_loss,
+                           impl=self.cfg.loss_impl)
+        return ce + config.moe_aux_loss_coef * load_balancing_loss(router_logits, config.moe_top_k)
 
     def train_step(self, step: int) -> tuple[float, float, float]:
         """One optimizer step; returns (mean loss over ranks, grad norm, lr)."""

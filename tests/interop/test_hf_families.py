@@ -73,6 +73,14 @@ CASES = {
                                       rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
                                                        "short_factor": [1.0 + 0.1 * i for i in range(8)],
                                                        "long_factor": [1.2 + 0.5 * i for i in range(8)]})),
+    # Phi-4-mini: partial rotary (3/4 of each head) + longrope; the fast side also re-pairs RoPE "interleaved"
+    # (q/k rows permuted on load, the pass-through dims left in place)
+    "phi4_mini_partial_rotary": Case(Phi3ForCausalLM, Phi3Config,
+                                     dict(BASE, partial_rotary_factor=0.75, original_max_position_embeddings=20,
+                                          rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
+                                                           "short_factor": [1.0 + 0.1 * i for i in range(6)],
+                                                           "long_factor": [1.2 + 0.5 * i for i in range(6)]}),
+                                     fast_overrides={**FAST, "rope_style": "interleaved"}),
     "phi3_plain": Case(Phi3ForCausalLM, Phi3Config, dict(BASE, sliding_window=None, tie_word_embeddings=True)),
     # OLMo-2: norms on the sublayer outputs, QK-norm over the whole projection
     "olmo2": Case(Olmo2ForCausalLM, Olmo2Config, dict(BASE, attention_bias=True)),

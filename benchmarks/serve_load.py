@@ -47,7 +47,7 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
                                            "lines": {"type": "array", "items": {"type": "string"}}},
           "required": ["name", "age", "lines"]}
 QUIET: dict[str, Any] = {}
-QUIET_TIMEOUT = [600.0]  # --quiet-timeout
+QUIET_TIMEOUT = [180.0]  # --quiet-timeout
 
 
 def build_checkpoint(directory: Path) -> Path:
@@ -155,8 +155,8 @@ def per_token(api: str, body: dict, streams: int, repeats: int) -> float:
         async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=streams + 4)) as http:
             await one_round(http)  # warm-up
             values = []
+            wait_quiet(timeout_s=QUIET_TIMEOUT[0], stats=QUIET)
             for _ in range(repeats):
-                wait_quiet(timeout_s=QUIET_TIMEOUT[0], stats=QUIET)
                 rs = await one_round(http)
                 failed = [r.error for r in rs if not r.ok]
                 if failed:
@@ -198,7 +198,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--decode", choices=SERVE_DECODE_MODES, default="fast", help="the server's decode step")
     ap.add_argument("--checkpoint", type=Path, default=None)
-    ap.add_argument("--quiet-timeout", type=float, default=600.0, help="longest wait for a quiet machine per phase")
+    ap.add_argument("--quiet-timeout", type=float, default=180.0, help="longest wait for a quiet machine per phase")
     args = ap.parse_args()
     QUIET_TIMEOUT[0] = args.quiet_timeout
     with tempfile.TemporaryDirectory() as tmp:

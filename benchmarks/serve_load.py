@@ -184,6 +184,12 @@ def overhead_phase(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def progress(name: str, result: dict[str, Any]) -> dict[str, Any]:
+    """Each phase's JSON on stderr as it finishes (a later failure loses nothing)."""
+    print(json.dumps({name: result}), file=sys.stderr, flush=True)
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", type=int, default=64)
@@ -204,11 +210,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = args.checkpoint or build_checkpoint(Path(tmp) / "bench")
         with Server(checkpoint, args) as server:
-            batched = load_phase(server, args.clients, args.requests, args)
-            overheads = overhead_phase(server, args)
+            batched = progress("batched", load_phase(server, args.clients, args.requests, args))
+            overheads = progress("overheads", overhead_phase(server, args))
         with Server(checkpoint, args, "--max-batch", "1") as server:
-            serial = load_phase(server, args.clients, args.serial_requests, args)
-        prefix = prefix_phase(checkpoint, args)
+            serial = progress("serialised", load_phase(server, args.clients, args.serial_requests, args))
+        prefix = progress("prefix_cache", prefix_phase(checkpoint, args))
     import torch
 
     result = {

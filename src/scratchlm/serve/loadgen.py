@@ -2,7 +2,7 @@
 
 Every request streams /v1/completions (SSE) and counts as an error unless it answers 200, every
 line parses, a finish_reason arrives and the stream ends with `data: [DONE]`. Reported:
-    requests, errors, p50_s / p99_s (whole-request latency), ttft_p50_s / ttft_p99_s (time to first text),
+    requests, errors, p50_s / p99_s (whole-request latency), ttft_p50_s / ttft_p99_s (time to the first text or finish),
     tok_s = completion tokens (from the usage chunk) / wall time, wall_s
 The whole run is bounded by `timeout_s`; requests still open then are counted as errors.
 Only ever point it at a server you run yourself (loopback).
@@ -85,7 +85,7 @@ async def stream_one(http: Any, api: str, headers: dict[str, str], body: dict[st
                     res.completion_tokens = chunk["usage"]["completion_tokens"]
                 for c in chunk.get("choices", []):
                     text = (c.get("delta") or {}).get("content") or "" if chat else c["text"]
-                    if text and res.ttft_s is None:
+                    if (text or c["finish_reason"]) and res.ttft_s is None:  # the first token, even a stop
                         res.ttft_s = time.perf_counter() - t0
                     res.text += text
                     res.finish_reason = c["finish_reason"] or res.finish_reason

@@ -47,7 +47,7 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
                                            "lines": {"type": "array", "items": {"type": "string"}}},
           "required": ["name", "age", "lines"]}
 QUIET: dict[str, Any] = {}
-QUIET_TIMEOUT = [180.0]  # --quiet-timeout
+QUIET_TIMEOUT = [30.0]  # --quiet-timeout
 
 
 def build_checkpoint(directory: Path) -> Path:
@@ -204,7 +204,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--decode", choices=SERVE_DECODE_MODES, default="fast", help="the server's decode step")
     ap.add_argument("--checkpoint", type=Path, default=None)
-    ap.add_argument("--quiet-timeout", type=float, default=180.0, help="longest wait for a quiet machine per phase")
+    ap.add_argument("--quiet-timeout", type=float, default=30.0, help="longest wait for a quiet machine per phase")
     args = ap.parse_args()
     QUIET_TIMEOUT[0] = args.quiet_timeout
     with tempfile.TemporaryDirectory() as tmp:

@@ -70,7 +70,7 @@ def test_native_step_equals_torch_step_fp32(variant: str) -> None:
 
 
 @pytest.mark.parametrize("quant", ["bf16", "q8_0", "q4_1"])
-@pytest.mark.parametrize("b", [1, 3])  # one row: Q4_1 takes the regrouped kernel (gemv.h Q4_1X4)
+@pytest.mark.parametrize("b", [1, 3])  # one row and a batch take different kernel tiles
 def test_native_step_equals_torch_step_weight_formats(quant: str, b: int) -> None:
     compare(model(n_kv_heads=2, tie_embeddings=False), quant, b=b, padded=b > 1)
 

@@ -37,8 +37,10 @@ def supported(dec: "FastDecoder") -> bool:
                     and getattr(c, "final_softcap", None) is None)
     plain_layers = all(getattr(layer, "pre_norm", True) and getattr(layer, "attn_out_gain", None) is None
                        and getattr(layer, "ffn_out_gain", None) is None and getattr(layer, "softcap", None) is None
-                       and getattr(layer, "rope_kind", "global") == "global" for layer in dec.layers)
+                       and getattr(layer, "rope_kind", "global") == "global"
+                       and getattr(layer, "moe", None) is None for layer in dec.layers)
     return (plain_config and plain_layers and dec.rope is not None and getattr(dec, "local_rope", None) is None
+            and dec.rope.head_dim == c.head_dim  # no partial rotary
             and getattr(dec.rope, "kind", None) not in ("longrope", "dynamic")  # position-dependent tables
             and dec.positions is None and dec.dtype == torch.float32
             and dec.embed.device.type == "cpu" and dec.quant != "int8"

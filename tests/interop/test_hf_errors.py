@@ -42,7 +42,7 @@ def _with_config(src, dst, **changes):
     (dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
      "partial_rotary_factor"),
     (dict(layer_types=["chunked_attention", "full_attention"]), "layer_types"),
-    (dict(hidden_act="gelu"), "hidden_act"),
+    (dict(hidden_act="quick_gelu"), "hidden_act"),
     (dict(quantization_config={"quant_method": "gptq"}), "quantization_config"),
     (dict(hidden_size=None), "hidden_size"),
 ])

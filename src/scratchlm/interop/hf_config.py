@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from scratchlm.config import ModelConfig
-from scratchlm.interop.hf_families import EXPORT_ORDER, FAMILIES, HF_ACTIVATIONS
+from scratchlm.interop.hf_common import HF_ACTIVATIONS
+from scratchlm.interop.hf_families import EXPORT_ORDER, FAMILIES
 from scratchlm.interop.hf_rope import unsupported
 
 HF_FAMILIES: dict[str, str] = {name: f.causal_lm for name, f in FAMILIES.items()}

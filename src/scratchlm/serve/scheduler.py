@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from scratchlm.generate.decode_step import make_decode_step
+from scratchlm.generate.decode_step import DECODE_MODES, make_decode_step
 from scratchlm.model import TransformerLM
 from scratchlm.serve.prefill import prefill_prompts
 from scratchlm.serve.prefix_cache import PrefixCache
@@ -38,7 +38,7 @@ from scratchlm.serve.sequence import Sequence
 from scratchlm.serve.slot_cache import SlotCache
 from scratchlm.serve.token_choice import choose_tokens
 
-SERVE_DECODE_MODES = ("model", "fast", "fast-int8")  # "compiled" would recompile as the batch changes
+SERVE_DECODE_MODES = tuple(m for m in DECODE_MODES if m != "compiled")  # compiled: recompiles per batch size
 log = logging.getLogger("scratchlm.serve")
 
 

@@ -67,7 +67,7 @@ def assign_ids(tokens: list[AddedToken], model_vocab: dict[str, int]) -> list[Ad
         seen.setdefault(t.content, tid)
         if tid != t.id:
             warnings.warn(f"added token {t.content!r} is listed with id {t.id} but gets id {tid} (HF tokenizers "
-                          "assigns it the same way); the tokenizer.json is inconsistent", stacklevel=3)
+                          "assigns it the same way); the tokenizer.json is inconsistent", stacklevel=4)
             t = dataclasses.replace(t, id=tid)
         out.append(t)
     return out

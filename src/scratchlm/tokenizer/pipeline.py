@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from scratchlm.tokenizer import fast, formats, streaming
-from scratchlm.tokenizer.added_tokens import AddedVocabulary, assign_ids
+from scratchlm.tokenizer.added_tokens import AddedVocabulary
 from scratchlm.tokenizer.byte_level import ByteLevel
 from scratchlm.tokenizer.decoders import decode_tokens, token_bytes
 from scratchlm.tokenizer.encoding import Encoding
@@ -70,7 +70,6 @@ class Tokenizer:
         self.model = parts.model
         self.normalizer, self.pre_tokenizer = parts.normalizer, parts.pre_tokenizer
         self.post_processor, self.decoder = parts.post_processor, parts.decoder
-        parts.added_tokens = assign_ids(parts.added_tokens, self.model.vocab)
         self.added = AddedVocabulary(parts.added_tokens, parts.normalizer)
         self.special_token_ids = {t.content: t.id for t in self.added.tokens if t.special}
         self.special_tokens = list(self.special_token_ids)

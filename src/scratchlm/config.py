@@ -13,20 +13,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scratchlm.config_checks import LAYER_TYPES, check_attention_layout, check_scalars
 from scratchlm.field_types import check_field_types
 from scratchlm.nn.activations import ACTIVATIONS
-from scratchlm.nn.attention import ATTN_IMPLS
+from scratchlm.nn.attention import ATTN_IMPLS, QK_NORM_SCOPES
 from scratchlm.nn.ffn import swiglu_hidden_dim
 from scratchlm.nn.rope import ROPE_STYLES
 from scratchlm.nn.rope_scaling import check_rope_scaling
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "norm": ("rmsnorm", "layernorm"),
-    "ffn": ("swiglu", "mlp"),
+    "ffn": ("swiglu", "glu", "mlp"),
     "activation": tuple(sorted(ACTIVATIONS)),
     "pos_embedding": ("rope", "learned", "sinusoidal", "none"),
     "rope_style": ROPE_STYLES,
-    "norm_placement": ("pre", "post"),
+    "norm_placement": ("pre", "post", "sandwich", "output"),
+    "qk_norm_scope": QK_NORM_SCOPES,
     "attn_impl": ATTN_IMPLS,
     "ops_impl": ("reference", "fused"),
 }
@@ -48,16 +50,29 @@ class ModelConfig:
     norm: str = "rmsnorm"
     norm_eps: float = 1e-6
     norm_bias: bool = True
+    norm_unit_offset: bool = False  # RMSNorm gain stored as 1 + w, w initialised to 0 (Gemma)
     ffn: str = "swiglu"
     activation: str = "gelu"
     mlp_bias: bool = False
     qkv_bias: bool = False
     attn_out_bias: bool = False
     qk_norm: bool = False
+    qk_norm_scope: str = "head"  # QK-norm over each head's Hd ("head") or the whole H*Hd projection (OLMo-2)
+    attn_scale: float | None = None  # attention score multiplier; None = 1/sqrt(head_dim)
+    attn_softcap: float | None = None  # c * tanh(scores / c) on attention scores (Gemma-2)
+    final_softcap: float | None = None  # c * tanh(logits / c) on the LM logits (Gemma-2/3)
+    embedding_multiplier: float = 1.0  # token embeddings times this (Gemma: sqrt(d_model); Granite)
+    residual_multiplier: float = 1.0  # each sublayer output times this before the residual add (Granite)
+    logits_scaling: float = 1.0  # LM logits divided by this (Granite)
     pos_embedding: str = "rope"
     rope_style: str = "half"
     rope_base: float = 10000.0
     rope_scaling: dict[str, Any] | None = None  # nn/rope_scaling.py: linear, dynamic, llama3, yarn, longrope
+    rope_local_base: float | None = None  # RoPE base of the sliding-window layers (Gemma-3); None = rope_base
+    nope_layers: tuple[int, ...] = ()  # layers without positional rotation ("NoPE", SmolLM3)
+    sliding_window: int | None = None  # W: a sliding layer's query sees the W most recent keys (itself included)
+    layer_types: tuple[str, ...] | None = None  # per layer "full_attention" | "sliding_attention"; None: all
+    #                                             sliding when sliding_window is set, else all full
     norm_placement: str = "pre"
     tie_embeddings: bool = True
     attn_impl: str = "reference"
@@ -98,7 +113,8 @@ class ModelConfig:
         if self.pos_embedding == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"ModelConfig.d_model={self.d_model} must be even for sinusoidal positions")
         if self.d_ff is None:
-            self.d_ff = swiglu_hidden_dim(self.d_model, self.ffn_multiple_of) if self.ffn == "swiglu" else 4 * self.d_model
+            gated = self.ffn in ("swiglu", "glu")
+            self.d_ff = swiglu_hidden_dim(self.d_model, self.ffn_multiple_of) if gated else 4 * self.d_model
         if self.d_ff <= 0:
             raise ValueError(f"ModelConfig.d_ff must be positive, got {self.d_ff}")
         if not self.norm_eps > 0:
@@ -110,10 +126,20 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.rope_scaling needs pos_embedding='rope', got {self.pos_embedding!r}")
             self.rope_scaling = dict(self.rope_scaling)
             check_rope_scaling(self.rope_scaling, self.head_dim)
-        if self.hf_family is not None and not isinstance(self.hf_family, str):
-            raise ValueError(f"ModelConfig.hf_family must be an HF model_type string or None, got {self.hf_family!r}")
+        check_attention_layout(self)
+        check_scalars(self)
         if not self.init_std > 0:
             raise ValueError(f"ModelConfig.init_std must be > 0, got {self.init_std}")
+
+    def layer_type(self, i: int) -> str:
+        """"full_attention" or "sliding_attention" for layer i."""
+        if self.layer_types is not None:
+            return self.layer_types[i]
+        return LAYER_TYPES[1] if self.sliding_window is not None else LAYER_TYPES[0]
+
+    def layer_window(self, i: int) -> int | None:
+        """The sliding window of layer i (None: full causal attention)."""
+        return self.sliding_window if self.layer_type(i) == "sliding_attention" else None
 
     @property
     def fused_ops(self) -> bool:

@@ -1,12 +1,16 @@
 """The Transformer language model: embedding -> blocks -> final norm -> LM head.
 
-Block, pre-norm (default; GPT-2, Llama):
-    h = x + Attn(Norm1(x));         out = h + FFN(Norm2(h))
-Block, post-norm (original Transformer "Add & Norm"):
-    h = Norm1(x + Attn(x));         out = Norm2(h + FFN(h))
+Block, by norm_placement (m = residual_multiplier, 1 except Granite):
+    pre       h = x + m Attn(N1(x));          out = h + m FFN(N2(h))           (GPT-2, Llama; default)
+    post      h = N1(x + Attn(x));            out = N2(h + FFN(h))             (original "Add & Norm")
+    sandwich  h = x + m N3(Attn(N1(x)));      out = h + m N4(FFN(N2(h)))       (Gemma-2/3: four norms)
+    output    h = x + m N3(Attn(x));          out = h + m N4(FFN(h))           (OLMo-2: norms on outputs)
+Model: x_0 = embed(ids) * embedding_multiplier; logits = head(norm(x_L)) / logits_scaling, then
+final_softcap c * tanh(logits / c) when set.
 Parameter names follow HF Llama [firm]: model.embed_tokens, model.layers.{i}.self_attn.{q,k,v,o}_proj,
-model.layers.{i}.mlp.{gate,up,down}_proj, model.layers.{i}.{input,post_attention}_layernorm, model.norm,
-lm_head. Learned absolute positions live in model.embed_positions.
+model.layers.{i}.mlp.{gate,up,down}_proj, model.layers.{i}.{input,post_attention}_layernorm (N1, N2),
+model.norm, lm_head; the output norms N3, N4 are model.layers.{i}.{attn,ffn}_output_norm (interop renames
+them to each family's names). Learned absolute positions live in model.embed_positions.
 Shapes: input_ids (B, T) -> logits (B, T, V).
 """
 
@@ -20,40 +24,59 @@ from torch import nn
 from scratchlm.config import ModelConfig
 from scratchlm.nn.attention import Attention
 from scratchlm.nn.embedding import Embedding
-from scratchlm.nn.ffn import MLP, SwiGLU
+from scratchlm.nn.ffn import GLU, MLP, SwiGLU
 from scratchlm.nn.kv_cache import KVCache
 from scratchlm.nn.linear import Linear
-from scratchlm.nn.masks import causal_mask, padding_to_attention_mask
+from scratchlm.nn.masks import layer_mask
 from scratchlm.nn.norm import LayerNorm, RMSNorm
 from scratchlm.nn.positional import LearnedPositions, SinusoidalPositions
 from scratchlm.nn.rope import RotaryEmbedding
+from scratchlm.nn.softcap import softcap
 
 
 def make_norm(config: ModelConfig, dim: int) -> nn.Module:
     """RMSNorm or LayerNorm as the config says."""
     if config.norm == "rmsnorm":
-        return RMSNorm(dim, config.norm_eps, fused=config.fused_ops)
+        return RMSNorm(dim, config.norm_eps, fused=config.fused_ops, unit_offset=config.norm_unit_offset)
     return LayerNorm(dim, config.norm_eps, bias=config.norm_bias, fused=config.fused_ops)
 
 
+def make_ffn(config: ModelConfig) -> nn.Module:
+    """The position-wise FFN of a block: SwiGLU, GLU with config.activation, or an MLP."""
+    c = config
+    if c.ffn == "swiglu":
+        return SwiGLU(c.d_model, c.d_ff, bias=c.mlp_bias, fused=c.fused_ops)
+    if c.ffn == "glu":
+        return GLU(c.d_model, c.d_ff, c.activation, bias=c.mlp_bias, fused=c.fused_ops)
+    return MLP(c.d_model, c.d_ff, c.activation, bias=c.mlp_bias, fused=c.fused_ops)
+
+
 class Block(nn.Module):
-    """One Transformer layer: self-attention and FFN, each with a residual and a norm."""
+    """One Transformer layer: self-attention and FFN, each with a residual and its norms (module docstring)."""
 
     def __init__(self, config: ModelConfig, rope: RotaryEmbedding | None) -> None:
         super().__init__()
-        self.post_norm = config.norm_placement == "post"
-        self.input_layernorm = make_norm(config, config.d_model)
+        c, placement = config, config.norm_placement
+        self.placement = placement
+        self.residual_multiplier = c.residual_multiplier
+        self.input_layernorm = make_norm(c, c.d_model) if placement != "output" else None
         self.self_attn = Attention(
-            config.d_model, config.n_heads, config.n_kv_heads, config.head_dim, qkv_bias=config.qkv_bias,
-            out_bias=config.attn_out_bias, qk_norm=config.qk_norm, norm_eps=config.norm_eps, rope=rope,
-            attn_impl=config.attn_impl, fused=config.fused_ops,
+            c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, qkv_bias=c.qkv_bias, out_bias=c.attn_out_bias,
+            qk_norm=c.qk_norm, norm_eps=c.norm_eps, rope=rope, attn_impl=c.attn_impl, fused=c.fused_ops,
+            qk_norm_scope=c.qk_norm_scope, norm_unit_offset=c.norm_unit_offset, scale=c.attn_scale,
+            softcap=c.attn_softcap,
         )
-        self.post_attention_layernorm = make_norm(config, config.d_model)
-        if config.ffn == "swiglu":
-            self.mlp: nn.Module = SwiGLU(config.d_model, config.d_ff, bias=config.mlp_bias, fused=config.fused_ops)
-        else:
-            self.mlp = MLP(config.d_model, config.d_ff, config.activation, bias=config.mlp_bias,
-                           fused=config.fused_ops)
+        outputs = placement in ("sandwich", "output")
+        self.attn_output_norm = make_norm(c, c.d_model) if outputs else None
+        self.post_attention_layernorm = make_norm(c, c.d_model) if placement != "output" else None
+        self.mlp = make_ffn(c)
+        self.ffn_output_norm = make_norm(c, c.d_model) if outputs else None
+
+    def _residual(self, x: torch.Tensor, out: torch.Tensor, norm: nn.Module | None) -> torch.Tensor:
+        """x + m * norm(out) (norm and m only where the block has them)."""
+        if norm is not None:
+            out = norm(out)
+        return x + (out if self.residual_multiplier == 1.0 else out * self.residual_multiplier)
 
     def forward(
         self,
@@ -66,11 +89,33 @@ class Block(nn.Module):
     ) -> torch.Tensor:
         """x (B, T, D) -> (B, T, D)."""
         attn_args = (positions, mask, is_causal, kv_cache, layer_idx)
-        if self.post_norm:
+        if self.placement == "post":
             h = self.input_layernorm(x + self.self_attn(x, *attn_args))
             return self.post_attention_layernorm(h + self.mlp(h))
-        h = x + self.self_attn(self.input_layernorm(x), *attn_args)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        pre_attn = x if self.input_layernorm is None else self.input_layernorm(x)
+        h = self._residual(x, self.self_attn(pre_attn, *attn_args), self.attn_output_norm)
+        pre_ffn = h if self.post_attention_layernorm is None else self.post_attention_layernorm(h)
+        return self._residual(h, self.mlp(pre_ffn), self.ffn_output_norm)
+
+
+def layer_ropes(config: ModelConfig) -> tuple[RotaryEmbedding | None, RotaryEmbedding | None]:
+    """(global RoPE, local RoPE of the sliding-window layers or None when they share the global one)."""
+    if config.pos_embedding != "rope":
+        return None, None
+    c = config
+    rope = RotaryEmbedding(c.head_dim, c.max_seq_len, c.rope_base, c.rope_style, fused=c.fused_ops,
+                           scaling=c.rope_scaling)
+    local = None
+    if c.rope_local_base is not None:
+        local = RotaryEmbedding(c.head_dim, c.max_seq_len, c.rope_local_base, c.rope_style, fused=c.fused_ops)
+    return rope, local
+
+
+def layer_rope_kind(config: ModelConfig, i: int) -> str | None:
+    """"global", "local" (a sliding layer with rope_local_base) or None (NoPE layer / no RoPE) for layer i."""
+    if config.pos_embedding != "rope" or i in config.nope_layers:
+        return None
+    return "local" if config.rope_local_base is not None and config.layer_window(i) is not None else "global"
 
 
 class Decoder(nn.Module):
@@ -80,18 +125,19 @@ class Decoder(nn.Module):
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.d_model)
         self.embed_positions: nn.Module | None = None
-        rope = None
         if config.pos_embedding == "learned":
             self.embed_positions = LearnedPositions(config.max_seq_len, config.d_model)
         elif config.pos_embedding == "sinusoidal":
             self.embed_positions = SinusoidalPositions(config.max_seq_len, config.d_model)
-        elif config.pos_embedding == "rope":
-            rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_base, config.rope_style,
-                                   fused=config.fused_ops, scaling=config.rope_scaling)
-        self.rotary_emb = rope
-        self.layers = nn.ModuleList(Block(config, rope) for _ in range(config.n_layers))
-        # post-norm blocks already end in a norm; pre-norm needs a final one
-        self.norm = make_norm(config, config.d_model) if config.norm_placement == "pre" else None
+        self.rotary_emb, self.rotary_emb_local = layer_ropes(config)
+        self.layers = nn.ModuleList(Block(config, self.layer_rope(config, i)) for i in range(config.n_layers))
+        # post-norm blocks already end in a norm; the others need a final one
+        self.norm = make_norm(config, config.d_model) if config.norm_placement != "post" else None
+
+    def layer_rope(self, config: ModelConfig, i: int) -> RotaryEmbedding | None:
+        """The RoPE of layer i: none on a NoPE layer, the local one on sliding-window layers when it exists,
+        else the global one."""
+        return {"global": self.rotary_emb, "local": self.rotary_emb_local, None: None}[layer_rope_kind(config, i)]
 
 
 class TransformerLM(nn.Module):
@@ -108,13 +154,13 @@ class TransformerLM(nn.Module):
 
     @torch.no_grad()
     def init_weights(self) -> None:
-        """All linears/embeddings ~ N(0, init_std), biases 0, norms 1; residual-output projections
-        (o_proj, down_proj) ~ N(0, init_std / sqrt(2 * n_layers)) (GPT-2 sec. 2.3)."""
+        """All linears/embeddings ~ N(0, init_std), biases 0, norm gains 1 (w = 0 for a 1 + w gain);
+        residual-output projections (o_proj, down_proj) ~ N(0, init_std / sqrt(2 * n_layers)) (GPT-2 sec. 2.3)."""
         std = self.config.init_std
         for name, p in self.named_parameters():
             if p.dim() == 1:
                 is_norm_weight = "norm" in name and name.endswith("weight")
-                p.fill_(1.0 if is_norm_weight else 0.0)
+                p.fill_(1.0 if is_norm_weight and not self.config.norm_unit_offset else 0.0)
             elif name.endswith(("o_proj.weight", "down_proj.weight")):
                 p.normal_(0.0, std / math.sqrt(2 * self.config.n_layers))
             else:
@@ -146,7 +192,8 @@ class TransformerLM(nn.Module):
         token_positions: (T,) or (B, T) position of each token (default: slots start..start+T-1 where
         start = kv_cache.seq_len or 0). attention_mask: (B, S) bool/0-1 over all key slots so far
         (S = start + T), True = real token, False = padding. kv_cache: a KVCache; the new tokens are
-        appended and the cache advanced by T. logits_to_keep: n > 0 returns only the last n positions'
+        appended and the cache advanced by T (it keeps every token: sliding-window layers mask the
+        keys older than their window, see nn/masks.py). logits_to_keep: n > 0 returns only the last n positions'
         logits (B, n, V) (generation's prefill needs 1; skips the LM head on the rest); 0 = all.
         """
         start = kv_cache.seq_len if kv_cache is not None else 0
@@ -157,25 +204,32 @@ class TransformerLM(nn.Module):
             token_positions = torch.arange(start, s, device=input_ids.device)
         if attention_mask is not None and tuple(attention_mask.shape) != (b, s):
             raise ValueError(f"attention_mask must have shape (B, S) = {(b, s)}, got {tuple(attention_mask.shape)}")
-        mask, is_causal = None, True
-        if attention_mask is not None:
-            mask = causal_mask(t, s, start, input_ids.device) & padding_to_attention_mask(attention_mask)
-            is_causal = False
-        elif start > 0:
-            mask, is_causal = (None, False) if t == 1 else (causal_mask(t, s, start, input_ids.device), False)
+        windows = [self.config.layer_window(i) for i in range(self.config.n_layers)]
+        masks = {w: layer_mask(t, s, start, attention_mask, w, input_ids.device) for w in set(windows)}
 
         x = self.model.embed_tokens(input_ids)  # (B, T, D)
+        if self.config.embedding_multiplier != 1.0:
+            x = x * self.config.embedding_multiplier
         if self.model.embed_positions is not None:
             x = x + self.model.embed_positions(token_positions).to(x.dtype)
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, token_positions, mask, is_causal, kv_cache, i)
+            x = layer(x, token_positions, *masks[windows[i]], kv_cache, i)
         if logits_to_keep > 0:
             x = x[:, -logits_to_keep:]  # (B, n, D): norm and head are per position
         if self.model.norm is not None:
             x = self.model.norm(x)
         if kv_cache is not None:
             kv_cache.advance(t)
-        return self.lm_head(x)  # (B, T, V)
+        return self.logits(x)  # (B, T, V)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final hidden states (B, T, D) -> logits (B, T, V): the head, / logits_scaling, then final_softcap."""
+        logits = self.lm_head(x)
+        if self.config.logits_scaling != 1.0:
+            logits = logits / self.config.logits_scaling
+        if self.config.final_softcap is not None:
+            logits = softcap(logits, self.config.final_softcap)
+        return logits
 
     def new_kv_cache(self, batch_size: int, max_seq_len: int | None = None, dtype: torch.dtype | None = None) -> KVCache:
         """Allocate a KVCache sized for this model."""

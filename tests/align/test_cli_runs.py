@@ -154,3 +154,23 @@ def test_sigkill_leaves_a_loadable_checkpoint_and_resume_is_exact(base, tmp_path
     assert all(torch.equal(a[n], b[n]) for n in a)
     history = [(tmp_path / d / "align_history.jsonl").read_text() for d in ("ref", "run")]
     assert history[0] == history[1] and len(history[0].splitlines()) == 16
+
+
+def test_dpo_and_grpo_with_lora_write_adapters(base, tmp_path, capsys):
+    prefs = tmp_path / "p.jsonl"
+    prefs.write_text("".join(json.dumps({"prompt": f"{a}=", "chosen": "yes", "rejected": "no"}) + "\n"
+                             for a in range(4)))
+    rc = main(["dpo", "--checkpoint", str(base), "--data", str(prefs), "--out", str(tmp_path / "d"), "--steps", "8",
+               "--lr", "5e-2", "--lora-r", "4", "--lora-targets", "q_proj,v_proj,up_proj,down_proj", "--threads", "1"])
+    assert rc == 0, capsys.readouterr().err
+    history = [json.loads(line) for line in (tmp_path / "d" / "align_history.jsonl").read_text().splitlines()]
+    assert history[-1]["rewards/margins"] > 0 and history[-1]["loss"] < history[0]["loss"]
+    rl = tmp_path / "rl.jsonl"
+    rl.write_text("".join(json.dumps({"prompt": f"{a}+{a}=", "answer": str(2 * a)}) + "\n" for a in range(3)))
+    rc = main(["grpo", "--checkpoint", str(base), "--data", str(rl), "--out", str(tmp_path / "g"), "--steps", "2",
+               "--reward", "exact_match", "--max-new-tokens", "3", "--prompts-per-step", "2", "--group-size", "2",
+               "--lora-r", "2", "--threads", "1"])
+    assert rc == 0, capsys.readouterr().err
+    for d in ("d", "g"):
+        assert (tmp_path / d / "adapter_model.safetensors").is_file()
+        assert json.loads((tmp_path / d / "align_config.json").read_text())["lora"]["r"] in (2, 4)

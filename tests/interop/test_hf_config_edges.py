@@ -68,3 +68,11 @@ def test_tied_config_with_a_stored_head(tmp_path, same):
     assert (ours.lm_head.weight is ours.model.embed_tokens.weight) == same
     assert (hf.lm_head.weight is hf.model.embed_tokens.weight) == same
     assert torch.equal(ours.lm_head.weight, state["lm_head.weight"])
+
+
+def test_llama_with_a_sliding_window_is_refused(tmp_path):
+    """LlamaModel's forward ignores sliding_window but generate()'s cache applies it: no single model to match."""
+    build_hf("llama_untied_gqa").save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="sliding_window=4 .*generate"):
+        scratchlm.from_pretrained(_edit(tmp_path, sliding_window=4))
+    _agree(_edit(tmp_path, sliding_window=None, use_sliding_window=True, max_window_layers=1))  # no window: fine

@@ -34,16 +34,15 @@ def _with_config(src, dst, **changes):
 
 
 @pytest.mark.parametrize("changes,field", [
-    (dict(model_type="mistral"), "model_type"),
+    (dict(model_type="falcon"), "model_type"),
     (dict(architectures=["LlamaForSequenceClassification"]), "architectures"),
     (dict(rope_parameters={"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}), "high_freq_factor"),
     (dict(rope_parameters={"rope_type": "proportional", "rope_theta": 1e4}), "rope_parameters.rope_type"),
     (dict(rope_parameters=None, rope_theta=1e4, rope_scaling={"type": "mrope", "factor": 2.0}), "rope_parameters.rope_type"),
     (dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
      "partial_rotary_factor"),
-    (dict(use_sliding_window=True, sliding_window=16), "use_sliding_window"),
-    (dict(layer_types=["sliding_attention", "full_attention"]), "layer_types"),
-    (dict(hidden_act="gelu"), "hidden_act"),
+    (dict(layer_types=["chunked_attention", "full_attention"]), "layer_types"),
+    (dict(hidden_act="quick_gelu"), "hidden_act"),
     (dict(quantization_config={"quant_method": "gptq"}), "quantization_config"),
     (dict(hidden_size=None), "hidden_size"),
 ])

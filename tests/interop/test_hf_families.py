@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import pytest
 from family_evidence import Case, build, check_greedy, check_logits, check_save
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, GemmaConfig,
+                          GemmaForCausalLM, GraniteConfig, GraniteForCausalLM, LlamaConfig, LlamaForCausalLM,
+                          MistralConfig, MistralForCausalLM, Olmo2Config, Olmo2ForCausalLM, Phi3Config,
+                          Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                          SmolLM3Config, SmolLM3ForCausalLM)
 
 V = 96
 BASE = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -35,6 +39,47 @@ CASES = {
     # rope_scaling (old key) wins over rope_parameters; its missing theta comes from the top-level rope_theta
     "llama_old_rope_scaling_key": Case(LlamaForCausalLM, LlamaConfig,
                                        dict(BASE, rope_theta=300.0, rope_scaling={"type": "linear", "factor": 2.0})),
+    # sliding windows: W = 6 with prompts of 9..24 tokens + 20 new ones
+    "mistral_window": Case(MistralForCausalLM, MistralConfig, dict(BASE, sliding_window=6, head_dim=24)),
+    "mistral_no_window": Case(MistralForCausalLM, MistralConfig, dict(BASE, sliding_window=None)),
+    "qwen2_window_from_layer_1": Case(Qwen2ForCausalLM, Qwen2Config,
+                                      dict(BASE, use_sliding_window=True, sliding_window=5, max_window_layers=1)),
+    "qwen3_window_layer_types": Case(Qwen3ForCausalLM, Qwen3Config,
+                                     dict(BASE, head_dim=16, use_sliding_window=True, sliding_window=7,
+                                          layer_types=["sliding_attention", "full_attention"])),
+    # Gemma: (1 + w) norms, sqrt(D) embeddings, GeGLU, head_dim != D / H, tied head
+    "gemma": Case(GemmaForCausalLM, GemmaConfig, dict(BASE, head_dim=24, hidden_act="gelu", attention_bias=True)),
+    "llama_gelu_glu": Case(LlamaForCausalLM, LlamaConfig, dict(BASE, hidden_act="gelu")),
+    # Gemma-2: + four norms per block, query_pre_attn_scalar, both soft-caps, local/global layers (W = 6)
+    "gemma2": Case(Gemma2ForCausalLM, Gemma2Config,
+                   dict(BASE, head_dim=24, query_pre_attn_scalar=40, sliding_window=6, attn_logit_softcapping=8.0,
+                        final_logit_softcapping=5.0, tie_word_embeddings=False)),
+    # Gemma-3 text: + QK-norm, local RoPE base, 5:1 local/global pattern, scaled global RoPE; its
+    # attn_logit_softcapping is ignored by transformers, hence by us
+    "gemma3": Case(Gemma3ForCausalLM, Gemma3TextConfig,
+                   dict(BASE, num_hidden_layers=3, head_dim=32, query_pre_attn_scalar=32, sliding_window=5,
+                        sliding_window_pattern=2, final_logit_softcapping=6.0, attn_logit_softcapping=1.0,
+                        tie_word_embeddings=False,
+                        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e5},
+                                         "sliding_attention": {"rope_type": "default", "rope_theta": 50.0}})),
+    # Phi-3 / Phi-3.5 / Phi-4: fused qkv_proj and gate_up_proj, longrope past original_max_position_embeddings
+    # (top level, as Phi-3 checkpoints store it), a sliding window on every layer
+    "phi3_longrope_window": Case(Phi3ForCausalLM, Phi3Config,
+                                 dict(BASE, original_max_position_embeddings=20, sliding_window=11,
+                                      rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
+                                                       "short_factor": [1.0 + 0.1 * i for i in range(8)],
+                                                       "long_factor": [1.2 + 0.5 * i for i in range(8)]})),
+    "phi3_plain": Case(Phi3ForCausalLM, Phi3Config, dict(BASE, sliding_window=None, tie_word_embeddings=True)),
+    # OLMo-2: norms on the sublayer outputs, QK-norm over the whole projection
+    "olmo2": Case(Olmo2ForCausalLM, Olmo2Config, dict(BASE, attention_bias=True)),
+    # Granite: the four multipliers
+    "granite": Case(GraniteForCausalLM, GraniteConfig,
+                    dict(BASE, embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.07,
+                         logits_scaling=1.7, attention_bias=True)),
+    # SmolLM3: NoPE on every 2nd layer, sliding window on the NoPE layers, biases
+    "smollm3": Case(SmolLM3ForCausalLM, SmolLM3Config,
+                    dict(BASE, no_rope_layer_interval=2, use_sliding_window=True, sliding_window=7,
+                         attention_bias=True, mlp_bias=True)),
 }
 
 

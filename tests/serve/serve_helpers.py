@@ -22,10 +22,11 @@ def async_client(server: Any) -> openai.AsyncOpenAI:
 
 
 def ref_completion(reference: tuple, prompt: str, max_tokens: int, **sampling: Any) -> str:
-    """The engine's reply to a plain-text prompt, stopping at <|endoftext|> like /v1/completions."""
+    """The engine's reply to a plain-text prompt, stopping at the model's stop tokens like /v1/completions
+    (a scratchlm checkpoint's: <|endoftext|> and <|im_end|>)."""
     model, tok = reference
-    eot = tok.special_token_ids["<|endoftext|>"]
-    return "".join(stream_generate(model, tok, tok.encode(prompt), max_tokens, stop_token_ids=[eot], **sampling))
+    stops = [tok.special_token_ids["<|endoftext|>"], tok.special_token_ids["<|im_end|>"]]
+    return "".join(stream_generate(model, tok, tok.encode(prompt), max_tokens, stop_token_ids=stops, **sampling))
 
 
 def ref_chat(reference: tuple, messages: list[dict], max_tokens: int, **sampling: Any) -> str:

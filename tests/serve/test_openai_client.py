@@ -9,6 +9,7 @@ import openai
 import pytest
 import torch
 
+from scratchlm.generate import generate
 from scratchlm.generate.sampling import apply_frequency_presence_penalty
 
 from tiny_checkpoint import MODEL
@@ -80,7 +81,11 @@ def test_n_choices_use_seed_plus_index(server, reference):
     assert [ch.index for ch in out.choices] == [0, 1, 2]
     texts = [ch.text for ch in out.choices]
     assert texts == [ref_completion(reference, PROMPT, 12, temperature=1.0, seed=100 + j) for j in range(3)]
-    assert out.usage.completion_tokens == 36
+    model, tok = reference
+    stops = [tok.special_token_ids["<|endoftext|>"], tok.special_token_ids["<|im_end|>"]]
+    lengths = [len(generate(model, [tok.encode(PROMPT)], 12, stop_token_ids=stops, temperature=1.0, seed=100 + j)[0])
+               for j in range(3)]
+    assert out.usage.completion_tokens == sum(lengths)  # the stop token counts, as in OpenAI's usage
 
 
 def test_stop_string_cuts_text(server, reference):

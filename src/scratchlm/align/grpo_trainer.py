@@ -5,7 +5,8 @@ One step:
        DAPO dynamic sampling: drop groups with all-equal rewards and sample more prompts until the
        batch has prompts_per_step informative groups or max_refill_rounds rounds were drawn
     2. reward = task reward (+ soft overlong punishment when overlong_buffer > 0)
-    3. A = advantages for cfg.loss.pg_loss (group-normalised for grpo/grpo_clip); old = log-probs at T of the sampler (= detached current policy)
+    3. A = advantages for cfg.loss.pg_loss (group-normalised for grpo/grpo_clip); old = log-probs at T of
+       the sampler (= the detached current policy)
     4. num_iterations (mu) passes of clipped updates over micro-batches, the aggregation's normaliser
        counting the whole batch (tokens for token-mean, sequences otherwise), one optimizer step per pass.
 With mu = 1 the ratio is 1 in value and the loss gradient is -A grad logp (+ the KL term).

@@ -171,7 +171,8 @@ def completion_logprobs(
 
 
 def sequence_logprobs(
-    model: Callable[[torch.Tensor], Any], prompts: list[list[int]], completions: list[list[int]], temperature: float = 1.0
+    model: Callable[[torch.Tensor], Any], prompts: list[list[int]], completions: list[list[int]],
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """S(y) = sum_j logp_j over completion tokens (a SUM, as DPO needs), and the token counts. -> (B,), (B,)."""
     logp, mask = completion_logprobs(model, prompts, completions, temperature)

@@ -43,7 +43,8 @@ def parse_answer(answer: Any, n_choices: int) -> int:
     return LETTERS.index(letter)
 
 
-def encode_pair(tok: Any, prompt: str | list, option: str, fmt: ChatFormat | None = None) -> tuple[list[int], list[int]]:
+def encode_pair(tok: Any, prompt: str | list, option: str,
+                fmt: ChatFormat | None = None) -> tuple[list[int], list[int]]:
     """(context ids, option ids) as in the module docstring."""
     if isinstance(prompt, list):
         return encode_prompt(tok, prompt, fmt), list(tok.encode(option))

@@ -39,7 +39,9 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     centre = p + z * z / (2 * n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     den = 1 + z * z / n
-    return max(0.0, (centre - half) / den), min(1.0, (centre + half) / den)
+    lo = 0.0 if successes == 0 else max(0.0, (centre - half) / den)
+    hi = 1.0 if successes == n else min(1.0, (centre + half) / den)
+    return lo, hi
 
 
 def mean_interval(scores: list[float], z: float = Z95) -> tuple[float, float]:

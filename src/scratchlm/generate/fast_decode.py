@@ -12,7 +12,8 @@ size. `FastDecoder` computes exactly the same function (pre-norm blocks) with fe
     RoPE  rot(x) = x @ R,  R the fixed signed permutation of the pairing style (exact: one +-1 per column),
           x' = x * cos + rot(x) * sin                   both styles, one table lookup per step
     attn  softmax(q K^T / sqrt(Hd)) V on the cache slots [0, S), q grouped (B KvH, G, Hd) for GQA/MQA
-          (two bmm); 1/sqrt(Hd) is folded into the q rows of [Wq; Wk; Wv], residual adds into addmm
+          (two bmm); 1/sqrt(Hd) is folded into the q rows of [Wq; Wk; Wv], residual adds into addmm;
+          a sliding-window layer reads only its last W slots [S - W, S) (the cache holds every token)
 
 It reads and writes the model's KVCache in the model's layout, so prefill runs through the model and
 the steps through this class (or the other way round) interchangeably. Post-norm blocks are not packed
@@ -31,16 +32,17 @@ import torch.nn.functional as F
 
 from scratchlm.config import ModelConfig
 from scratchlm.generate.packed_linear import (  # PackedLinear, mkl_packing_available, quantize_int8: re-exported
-    WEIGHT_FORMATS, BlockSource, PackedLinear, mkl_packing_available, packed, quantize_int8)
-from scratchlm.model import TransformerLM
+    WEIGHT_FORMATS, BlockSource, PackedLinear, mkl_packing_available, norm_gain, packed, quantize_int8)
+from scratchlm.model import TransformerLM, layer_rope_kind
 from scratchlm.nn.activations import TORCH_ACTIVATIONS
 from scratchlm.nn.kv_cache import KVCache
-from scratchlm.nn.rope import rope_rotation
+from scratchlm.nn.rope import RotaryEmbedding, rope_rotation
+from scratchlm.nn.softcap import softcap
 
 
 def supports(config: ModelConfig) -> bool:
-    """True when FastDecoder can pack this architecture (every pre-norm config)."""
-    return config.norm_placement == "pre"
+    """True when FastDecoder can pack this architecture (every placement but post-norm)."""
+    return config.norm_placement != "post"
 
 
 class PackedNorm:
@@ -65,38 +67,76 @@ class PackedNorm:
 
 
 class PackedLayer:
-    """One pre-norm block's weights, packed (see the module docstring)."""
+    """One block's weights, packed (see the module docstring). Placements "pre", "sandwich" and "output":
+    the input norms fold into qkv / gate-up; the output norms (sandwich/output) and Granite's residual
+    multiplier m act on the sublayer outputs (m folds into o/down rows when there is no output norm)."""
 
     def __init__(self, block: torch.nn.Module, config: ModelConfig, dtype: torch.dtype, quant: str | None,
-                 norm: PackedNorm, source: BlockSource | None = None) -> None:
-        attn, mlp = block.self_attn, block.mlp
+                 norm: PackedNorm, source: BlockSource | None = None, window: int | None = None,
+                 rope_kind: str | None = "global") -> None:
+        c, attn, mlp = config, block.self_attn, block.mlp
+        self.window = window  # sliding window: attend only the last `window` cache slots
+        self.rope_kind = rope_kind  # "global", "local" (Gemma-3's sliding layers) or None (NoPE layer)
         self.norm = norm  # stateless (the gains are folded into the matrices): shared by every norm
-        # the attention scale 1/sqrt(Hd) is folded into the q rows (or the q part of the QK-norm gain)
-        scale = 1.0 / math.sqrt(config.head_dim)
-        q_rows, kv_rows = config.n_heads * config.head_dim, 2 * config.n_kv_heads * config.head_dim
-        rows = torch.cat((torch.full((q_rows,), 1.0 if config.qk_norm else scale), torch.ones(kv_rows)))
+        self.pre_norm = block.input_layernorm is not None  # False for norm_placement "output" (OLMo-2)
+        self.softcap = c.attn_softcap
+        # the attention scale (1/sqrt(Hd) unless attn_scale) is folded into the q rows or the q QK-norm gain
+        scale = c.attn_scale if c.attn_scale is not None else 1.0 / math.sqrt(c.head_dim)
+        q_rows, kv_rows = c.n_heads * c.head_dim, 2 * c.n_kv_heads * c.head_dim
+        rows = torch.cat((torch.full((q_rows,), 1.0 if c.qk_norm else scale), torch.ones(kv_rows)))
         pack = functools.partial(packed, dtype=dtype, quant=quant, source=source)
         self.qkv = pack([attn.q_proj, attn.k_proj, attn.v_proj], norm=block.input_layernorm, row_scale=rows)
-        self.o = pack([attn.o_proj])
-        self.gated = config.ffn == "swiglu"
+        m = c.residual_multiplier
+        self.attn_out_gain = _output_gain(block.attn_output_norm, m)
+        self.ffn_out_gain = _output_gain(block.ffn_output_norm, m)
+        fold_m = None if m == 1.0 else torch.full((c.d_model,), m)
+        self.o = pack([attn.o_proj], row_scale=fold_m if self.attn_out_gain is None else None)
+        self.gated = c.ffn in ("swiglu", "glu")
         ins = [mlp.gate_proj, mlp.up_proj] if self.gated else [mlp.up_proj]
         self.ffn_in = pack(ins, norm=block.post_attention_layernorm)
-        self.down = pack([mlp.down_proj])
-        self.act = TORCH_ACTIVATIONS[config.activation]
+        self.down = pack([mlp.down_proj], row_scale=fold_m if self.ffn_out_gain is None else None)
+        self.act = TORCH_ACTIVATIONS["silu" if c.ffn == "swiglu" else c.activation]
         self.qk_gain = None
-        self.qk_norm = PackedNorm("rmsnorm", config.norm_eps)
-        if config.qk_norm:  # per-head RMSNorm gains of q and k, stacked to match the (H + KvH) qk heads
-            q_gain, k_gain = attn.q_norm.weight.detach() * scale, attn.k_norm.weight.detach()
-            gains = [q_gain] * config.n_heads + [k_gain] * config.n_kv_heads
-            self.qk_gain = torch.stack(gains).float()  # (H + KvH, Hd)
+        self.qk_scope = c.qk_norm_scope
+        self.qk_norm = PackedNorm("rmsnorm", c.norm_eps)
+        if c.qk_norm:  # QK-norm gains of q and k, laid out like the (H + KvH, Hd) qk heads
+            q_gain, k_gain = norm_gain(attn.q_norm) * scale, norm_gain(attn.k_norm)
+            if self.qk_scope == "head":
+                gains = [q_gain] * c.n_heads + [k_gain] * c.n_kv_heads
+                self.qk_gain = torch.stack(gains)  # (H + KvH, Hd)
+            else:  # one gain per channel of the whole projection
+                self.qk_gain = torch.cat((q_gain, k_gain)).view(c.n_heads + c.n_kv_heads, c.head_dim)
+
+    def qk_normalize(self, qk: torch.Tensor, h: int) -> torch.Tensor:
+        """QK-norm of qk (B, H + KvH, Hd) fp32: per head, or over q's and k's whole projections."""
+        if self.qk_scope == "head":
+            return self.qk_norm(qk) * self.qk_gain
+        b = qk.shape[0]
+        q, k = self.qk_norm(qk[:, :h].reshape(b, -1)), self.qk_norm(qk[:, h:].reshape(b, -1))
+        return torch.cat((q, k), -1).view(qk.shape) * self.qk_gain
+
+    def attn_residual(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        """x + m * out_norm(o_proj(heads)) (B, D), the norm only where the block has one."""
+        if self.attn_out_gain is None:
+            return self.o.residual(x, heads)
+        return x + self.norm(self.o(heads)) * self.attn_out_gain
 
     def ffn_residual(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, D) -> x + FFN(post_attention_norm(x)) (B, D)."""
-        h = self.ffn_in(self.norm(x))  # (B, 2F) gate|up, or (B, F)
+        """x (B, D) -> x + m * out_norm(FFN(post_attention_norm(x))) (B, D)."""
+        h = self.ffn_in(self.norm(x) if self.pre_norm else x)  # (B, 2F) gate|up, or (B, F)
         if self.gated:
             gate, up = h.chunk(2, dim=-1)
-            return self.down.residual(x, F.silu(gate) * up)
-        return self.down.residual(x, self.act(h))
+            h = self.act(gate) * up
+        else:
+            h = self.act(h)
+        if self.ffn_out_gain is None:
+            return self.down.residual(x, h)
+        return x + self.norm(self.down(h)) * self.ffn_out_gain
+
+
+def _output_gain(norm: torch.nn.Module | None, multiplier: float) -> torch.Tensor | None:
+    """m * g (D,) fp32 of an output norm (sandwich/output placements), or None without one."""
+    return None if norm is None else norm_gain(norm) * multiplier
 
 
 QUANT_MODES = WEIGHT_FORMATS  # FastDecoder's quant= values (generate/packed_linear.py)
@@ -143,8 +183,8 @@ class FastDecoder:
     def __init__(self, model: TransformerLM, quant: str | None = None) -> None:
         c = model.config
         if not supports(c):
-            raise ValueError(f"FastDecoder packs pre-norm models only, got norm_placement={c.norm_placement!r}; "
-                             "use the model's own step (decode='model')")
+            raise ValueError(f"FastDecoder packs pre-norm (and sandwich/output-norm) blocks, not "
+                             f"norm_placement={c.norm_placement!r}; use the model's own step (decode='model')")
         if quant not in QUANT_MODES:
             raise ValueError(f"unknown quant {quant!r}; valid: {QUANT_MODES}")
         if quant == "int8":
@@ -158,10 +198,12 @@ class FastDecoder:
         self.positions = model.model.embed_positions  # learned/sinusoidal module or None
         self.norm = PackedNorm(c.norm, c.norm_eps)
         source = block_source(model)
-        self.layers = [PackedLayer(block, c, self.dtype, quant, self.norm, source) for block in model.model.layers]
+        self.layers = [PackedLayer(block, c, self.dtype, quant, self.norm, source, c.layer_window(i),
+                                   layer_rope_kind(c, i)) for i, block in enumerate(model.model.layers)]
         self.head = packed([model.lm_head], self.dtype, quant, model.model.norm, source=source)
-        rope = model.model.rotary_emb
+        rope, local_rope = model.model.rotary_emb, model.model.rotary_emb_local
         self.rope = None if rope is None else rope.fused_copy()  # full-width tables: x * cos + rot(x) * sin
+        self.local_rope = None if local_rope is None else local_rope.fused_copy()
         if rope is not None:
             self.rotation = rope_rotation(c.head_dim, rope.style, torch.float32).to(rope.cos.device)
 
@@ -179,7 +221,7 @@ class FastDecoder:
                layer: PackedLayer) -> torch.Tensor:
         """qk (B, H + KvH, Hd) in fp32 -> QK-norm (if any), then RoPE with this step's (cos, sin) (B, 1, Hd)."""
         if layer.qk_gain is not None:
-            qk = layer.qk_norm(qk) * layer.qk_gain
+            qk = layer.qk_normalize(qk, self.h)
         if rope is None:
             return qk
         cos, sin = rope
@@ -198,30 +240,44 @@ class FastDecoder:
                              "allocate a larger cache (max_seq_len) or shorten prompt + max_new_tokens")
         h, kvh, hd = self.h, self.kvh, self.hd
         x = F.embedding(tokens, self.embed)  # (B, D)
+        if self.config.embedding_multiplier != 1.0:
+            x = x * self.config.embedding_multiplier
         if self.positions is not None:
             x = x + self.positions(positions).to(x.dtype)
         ks, vs = cache.k.unbind(0), cache.v.unbind(0)  # per layer (B, KvH, T_max, Hd)
-        rope = None
-        if self.rope is not None:
-            cos, sin = self.rope.tables(positions)  # (B, Hd) each
-            rope = (cos[:, None], sin[:, None])
+        ropes = {"global": self._tables(self.rope, positions), "local": self._tables(self.local_rope, positions),
+                 None: None}
         bias = None
         if key_mask is not None:  # (B * KvH, 1, S): 0 where visible, -inf on padding
             bias = torch.zeros(key_mask.shape, device=key_mask.device).masked_fill_(~key_mask, float("-inf"))
             bias = bias[:, None, None].expand(b, kvh, 1, s + 1).reshape(b * kvh, 1, s + 1)
         for i, layer in enumerate(self.layers):
-            qkv = layer.qkv(layer.norm(x))  # (B, (H + 2 KvH) Hd), q rows pre-scaled by 1/sqrt(Hd)
-            qk = self.rotate(qkv[:, : (h + kvh) * hd].view(b, h + kvh, hd).float(), rope, layer)
+            qkv = layer.qkv(layer.norm(x) if layer.pre_norm else x)  # (B, (H + 2 KvH) Hd), q rows pre-scaled
+            qk = self.rotate(qkv[:, : (h + kvh) * hd].view(b, h + kvh, hd).float(), ropes[layer.rope_kind], layer)
             ks[i].select(2, s).copy_(qk[:, h:])  # (B, KvH, Hd) into slot s
             vs[i].select(2, s).copy_(qkv[:, (h + kvh) * hd:].view(b, kvh, hd))
             q = qk[:, :h].reshape(b * kvh, h // kvh, hd).to(cache.k.dtype)  # (B KvH, G, Hd): GQA groups
-            keys = ks[i][:, :, : s + 1].flatten(0, 1)  # (B KvH, S, Hd), a view
-            scores = torch.bmm(q, keys.transpose(1, 2)).float()  # (B KvH, G, S)
+            lo = 0 if layer.window is None else max(0, s + 1 - layer.window)  # a sliding layer's oldest key
+            keys = ks[i][:, :, lo: s + 1].flatten(0, 1)  # (B KvH, S', Hd), a view
+            scores = torch.bmm(q, keys.transpose(1, 2)).float()  # (B KvH, G, S')
+            if layer.softcap is not None:
+                scores = softcap(scores, layer.softcap)
             if bias is not None:
-                scores = scores + bias
+                scores = scores + bias[..., lo:]
             probs = torch.softmax(scores, dim=-1).to(cache.v.dtype)
-            out = torch.bmm(probs, vs[i][:, :, : s + 1].flatten(0, 1))  # (B KvH, G, Hd)
-            x = layer.o.residual(x, out.view(b, h * hd))  # x + o_proj(heads)
+            out = torch.bmm(probs, vs[i][:, :, lo: s + 1].flatten(0, 1))  # (B KvH, G, Hd)
+            x = layer.attn_residual(x, out.view(b, h * hd))  # x + o_proj(heads)
             x = layer.ffn_residual(x)
         cache.advance(1)
-        return self.head(self.norm(x))  # (B, V) in the model dtype, like its forward
+        logits = self.head(self.norm(x))  # (B, V) in the model dtype, like its forward
+        if self.config.logits_scaling != 1.0:
+            logits = logits / self.config.logits_scaling
+        return logits if self.config.final_softcap is None else softcap(logits, self.config.final_softcap)
+
+    @staticmethod
+    def _tables(rope: RotaryEmbedding | None, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """This step's (cos, sin) (B, 1, Hd) of a fused-form RoPE, or None without RoPE."""
+        if rope is None:
+            return None
+        cos, sin = rope.tables(positions)  # (B, Hd) each
+        return cos[:, None], sin[:, None]

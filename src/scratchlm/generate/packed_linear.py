@@ -168,6 +168,12 @@ def stacked_blocks(linears: list[torch.nn.Module], quant: str, source: BlockSour
     return GGMLBlocks(parts[0].ggml_type, data.contiguous(), (data.shape[0], parts[0].shape[1]))
 
 
+def norm_gain(norm: torch.nn.Module) -> torch.Tensor:
+    """A norm's multiplier g (dim,) in fp32: its weight, or 1 + weight for a unit-offset RMSNorm (Gemma)."""
+    gain = getattr(norm, "gain", None)
+    return (gain() if gain is not None else norm.weight).detach().float()
+
+
 def packed(linears: list[torch.nn.Module], dtype: torch.dtype, quant: str | None,
            norm: torch.nn.Module | None = None, row_scale: torch.Tensor | None = None,
            source: BlockSource | None = None) -> PackedLinear:
@@ -177,7 +183,7 @@ def packed(linears: list[torch.nn.Module], dtype: torch.dtype, quant: str | None
     w = torch.cat([lin.weight.detach().float() for lin in linears])  # (out, in)
     b = None if linears[0].bias is None else torch.cat([lin.bias.detach().float() for lin in linears])
     blocks = stacked_blocks(linears, quant, source) if quant in BLOCK_FORMATS else None
-    gain = None if norm is None else norm.weight.detach().float()
+    gain = None if norm is None else norm_gain(norm)
     if norm is not None and getattr(norm, "bias", None) is not None:  # (x_hat g + beta) W^T = ... + beta W^T
         extra = w @ norm.bias.detach().float()
         b = extra if b is None else b + extra

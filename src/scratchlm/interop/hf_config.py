@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from scratchlm.config import ModelConfig
-from scratchlm.interop.hf_families import EXPORT_ORDER, FAMILIES, HF_ACTIVATIONS
+from scratchlm.interop.hf_common import HF_ACTIVATIONS
+from scratchlm.interop.hf_families import EXPORT_ORDER, FAMILIES
 from scratchlm.interop.hf_rope import unsupported
 
 HF_FAMILIES: dict[str, str] = {name: f.causal_lm for name, f in FAMILIES.items()}
@@ -44,12 +45,9 @@ def _check_common(hf: dict[str, Any]) -> None:
     """Refuse features that change the math and that scratchlm does not implement."""
     if hf.get("quantization_config"):
         raise unsupported("quantization_config", hf["quantization_config"], "load an unquantized checkpoint")
-    if hf.get("use_sliding_window"):
-        raise unsupported("use_sliding_window", True, "sliding-window attention is not implemented")
-    layer_types = hf.get("layer_types") or []
-    other = sorted({t for t in layer_types if t != "full_attention"})
+    other = sorted({t for t in hf.get("layer_types") or [] if t not in ("full_attention", "sliding_attention")})
     if other:
-        raise unsupported("layer_types", other, "only 'full_attention' layers are implemented")
+        raise unsupported("layer_types", other, "only 'full_attention' and 'sliding_attention' layers are implemented")
     if hf.get("add_cross_attention"):
         raise unsupported("add_cross_attention", True, "scratchlm is decoder-only")
 

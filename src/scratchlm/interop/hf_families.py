@@ -1,88 +1,44 @@
 """The HF families as data: per model_type, its classes, how its config.json maps onto ModelConfig fields
-(`read`), what it can represent (`fits`, a reason when not) and how a ModelConfig is written back (`write`).
+(`read`), what it can represent (`fits`, a reason when not), how a ModelConfig is written back (`write`),
+and the per-layer module names that differ from ours (`renames`, HF name -> ours; see hf_weights.py).
 
-    model_type  HF class               reads (besides the Llama-style sizes, norms, RoPE of hf_rope.py)
-    llama       LlamaForCausalLM       attention_bias -> q/k/v/o bias, mlp_bias, hidden_act
-    qwen2       Qwen2ForCausalLM       q/k/v bias (no o bias)
-    qwen3       Qwen3ForCausalLM       attention_bias, qk_norm per head (q_norm/k_norm over Hd before RoPE)
-    gpt2        GPT2LMHeadModel        layernorm, mlp, learned positions, every bias, activation_function
+    model_type   HF class               reads (besides the Llama-style sizes, norms, RoPE of hf_rope.py)
+    llama        LlamaForCausalLM       attention_bias -> q/k/v/o bias, mlp_bias, hidden_act (gated FFN)
+    mistral      MistralForCausalLM     sliding_window on every layer (null: none); no biases
+    qwen2        Qwen2ForCausalLM       q/k/v bias (no o bias); use_sliding_window + layer_types/max_window_layers
+    qwen3        Qwen3ForCausalLM       attention_bias, qk_norm per head (before RoPE), windows as qwen2
+    gpt2         GPT2LMHeadModel        layernorm, mlp, learned positions, every bias, activation_function
+    gemma*       see hf_families_gemma.py
+    phi3, olmo2, granite, smollm3: see hf_families_more.py
 
-Everything else that changes the math and is not read here is refused by name (hf_config._check_common).
+Everything else that changes the math and is not read here is refused by name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from scratchlm.config import ModelConfig
-from scratchlm.interop.hf_rope import rope_from_hf, rope_to_hf, unsupported
+from scratchlm.interop import hf_families_gemma as gemma
+from scratchlm.interop import hf_families_more as more
+from scratchlm.interop.hf_common import (HF_ACTIVATION_NAMES, Fields, activation,
+                                         refuse_window_fields, require, rope_sizes, rope_sizes_to_hf, uniform_windows,
+                                         unusual, windows_all_layers, windows_qwen, windows_to_hf)
+from scratchlm.interop.hf_rope import unsupported
 
-# HF activation names (ACT2FN) -> ours; aliases of one function map to the same name. The reverse map
-# picks the first HF name for each of ours.
-HF_ACTIVATIONS: dict[str, str] = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
-                                  "gelu": "gelu", "gelu_python": "gelu", "relu": "relu", "silu": "silu",
-                                  "swish": "silu", "sigmoid": "sigmoid"}
-HF_ACTIVATION_NAMES = {ours: hf for hf, ours in reversed(list(HF_ACTIVATIONS.items()))}
+__all__ = ["EXPORT_ORDER", "FAMILIES", "Family"]
+ROPE_CAN = {"rope_scaling"}
 
-Fields = dict[str, Any]
-
-
-def require(hf: dict[str, Any], key: str) -> Any:
-    if hf.get(key) is None:
-        raise ValueError(f"HF config is missing the required field {key!r} (model_type={hf.get('model_type')!r})")
-    return hf[key]
-
-
-def activation(hf: dict[str, Any], key: str, default: str) -> str:
-    """Our name for the HF activation under `key` (aliases such as swish = silu accepted)."""
-    act = hf.get(key) or default
-    if act not in HF_ACTIVATIONS:
-        raise unsupported(key, act, f"supported activations: {sorted(HF_ACTIVATIONS)}")
-    return HF_ACTIVATIONS[act]
-
-
-def rope_sizes(hf: dict[str, Any], family: str, default_theta: float = 10_000.0,
-               default_head_dim: int | None = None) -> Fields:
-    """The fields every Llama-style RoPE family shares: sizes, RMSNorm, gated FFN, RoPE, head."""
-    d_model, n_heads = require(hf, "hidden_size"), require(hf, "num_attention_heads")
-    act = activation(hf, "hidden_act", "silu")
-    fields = dict(
-        vocab_size=require(hf, "vocab_size"), d_model=d_model, n_layers=require(hf, "num_hidden_layers"),
-        n_heads=n_heads, n_kv_heads=hf.get("num_key_value_heads") or n_heads,
-        head_dim=hf.get("head_dim") or default_head_dim or d_model // n_heads, d_ff=require(hf, "intermediate_size"),
-        max_seq_len=require(hf, "max_position_embeddings"), norm="rmsnorm", norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        ffn="swiglu", pos_embedding="rope", rope_style="half",
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)), init_std=float(hf.get("initializer_range") or 0.02),
-        hf_family=family,
-    )
-    if act != "silu":
-        raise unsupported("hidden_act", hf.get("hidden_act"), f"the gated FFN of {family!r} is implemented with "
-                          "'silu' (= 'swish') only")
-    return {**fields, **rope_from_hf(hf, family, default_theta)}
-
-
-def rope_sizes_to_hf(config: ModelConfig) -> Fields:
-    out = dict(hidden_size=config.d_model, num_hidden_layers=config.n_layers, num_attention_heads=config.n_heads,
-               num_key_value_heads=config.n_kv_heads, head_dim=config.head_dim, intermediate_size=config.d_ff,
-               hidden_act="silu", max_position_embeddings=config.max_seq_len, rms_norm_eps=config.norm_eps,
-               attention_dropout=0.0)
-    return {**out, **rope_to_hf(config)}  # rope_to_hf may set max_position_embeddings (dynamic NTK)
-
-
-def _rope_llama_like(config: ModelConfig) -> str | None:
-    """Why `config` is no plain Llama-style RoPE model (None if it is one)."""
-    for name, want in (("pos_embedding", "rope"), ("norm", "rmsnorm"), ("ffn", "swiglu"), ("norm_placement", "pre")):
-        if getattr(config, name) != want:
-            return f"{name}={getattr(config, name)!r} (needs {want!r})"
-    return None
-
-
-# ---- llama / qwen2 / qwen3 -------------------------------------------------------------------------------
 
 def _read_llama(hf: dict[str, Any]) -> Fields:
+    refuse_window_fields(hf, "llama")
     bias = bool(hf.get("attention_bias", False))
     return {**rope_sizes(hf, "llama"), "qkv_bias": bias, "attn_out_bias": bias, "mlp_bias": bool(hf.get("mlp_bias"))}
+
+
+def _fits_llama(config: ModelConfig) -> str | None:
+    return unusual(config, "Llama", ROPE_CAN | {"qkv_bias", "attn_out_bias", "mlp_bias"})
 
 
 def _write_llama(config: ModelConfig) -> Fields:
@@ -90,48 +46,54 @@ def _write_llama(config: ModelConfig) -> Fields:
             "mlp_bias": config.mlp_bias}
 
 
-def _fits_llama(config: ModelConfig) -> str | None:
-    return _rope_llama_like(config) or ("qk_norm=True (Llama has no QK-norm)" if config.qk_norm else None)
+def _read_mistral(hf: dict[str, Any]) -> Fields:  # layer_types: ignored by MistralModel (it warns)
+    return {**rope_sizes(hf, "mistral"), **windows_all_layers(hf)}
+
+
+def _fits_mistral(config: ModelConfig) -> str | None:
+    return unusual(config, "Mistral", ROPE_CAN | {"sliding_window", "layer_types"}) or uniform_windows(config)
+
+
+def _write_mistral(config: ModelConfig) -> Fields:
+    return {**rope_sizes_to_hf(config), "sliding_window": config.sliding_window}
 
 
 def _read_qwen2(hf: dict[str, Any]) -> Fields:
-    return {**rope_sizes(hf, "qwen2"), "qkv_bias": True, "attn_out_bias": False, "mlp_bias": False}
+    fields = rope_sizes(hf, "qwen2")
+    return {**fields, **windows_qwen(hf, fields["n_layers"]), "qkv_bias": True}
 
 
 def _fits_qwen2(config: ModelConfig) -> str | None:
-    for name, want in (("qkv_bias", True), ("attn_out_bias", False), ("mlp_bias", False), ("qk_norm", False),
-                       ("head_dim", config.d_model // config.n_heads)):
-        if getattr(config, name) != want:
-            return f"{name}={getattr(config, name)!r} (Qwen2 needs {want!r})"
-    return _rope_llama_like(config)
+    """Qwen2 (q/k/v biases, zero-filled when absent) is picked for q/k/v-only biases or per-layer windows."""
+    reason = unusual(config, "Qwen2", ROPE_CAN | {"qkv_bias", "sliding_window", "layer_types"})
+    if reason is None and config.head_dim * config.n_heads != config.d_model:
+        reason = f"head_dim={config.head_dim} (Qwen2 has head_dim = hidden_size / heads)"
+    if reason is None and not config.qkv_bias and uniform_windows(config) is None:
+        reason = "qkv_bias=False and one window kind for all layers (Llama/Mistral fit)"
+    return reason
 
 
-def _write_qwen2(config: ModelConfig) -> Fields:
-    return rope_sizes_to_hf(config)
+def _write_qwen(config: ModelConfig) -> Fields:
+    return {**rope_sizes_to_hf(config), **windows_to_hf(config), "use_sliding_window": config.sliding_window is not None,
+            "max_window_layers": config.n_layers, "attention_bias": config.qkv_bias or config.attn_out_bias}
 
 
 def _read_qwen3(hf: dict[str, Any]) -> Fields:
     bias = bool(hf.get("attention_bias", False))
-    return {**rope_sizes(hf, "qwen3", default_head_dim=128), "qkv_bias": bias, "attn_out_bias": bias,
-            "mlp_bias": False, "qk_norm": True}
+    fields = rope_sizes(hf, "qwen3", default_head_dim=128)
+    return {**fields, **windows_qwen(hf, fields["n_layers"]), "qkv_bias": bias, "attn_out_bias": bias, "qk_norm": True}
 
 
 def _fits_qwen3(config: ModelConfig) -> str | None:
-    if not config.qk_norm or config.mlp_bias:
-        return f"qk_norm={config.qk_norm}, mlp_bias={config.mlp_bias} (Qwen3 needs QK-norm and no MLP bias)"
-    return _rope_llama_like(config)
+    if not config.qk_norm:
+        return "qk_norm=False (Qwen3 has QK-norm)"
+    return unusual(config, "Qwen3", ROPE_CAN | {"qkv_bias", "attn_out_bias", "qk_norm", "sliding_window", "layer_types"})
 
-
-def _write_qwen3(config: ModelConfig) -> Fields:
-    return {**rope_sizes_to_hf(config), "attention_bias": config.qkv_bias or config.attn_out_bias}
-
-
-# ---- gpt2 -------------------------------------------------------------------------------------------------
 
 def _read_gpt2(hf: dict[str, Any]) -> Fields:
-    for field, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False)):
-        if hf.get(field, ok) != ok:
-            raise unsupported(field, hf[field], f"scratchlm's attention needs {field}={ok}")
+    for name, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False)):
+        if hf.get(name, ok) != ok:
+            raise unsupported(name, hf[name], f"scratchlm's attention needs {name}={ok}")
     d_model = require(hf, "n_embd")
     return dict(
         vocab_size=require(hf, "vocab_size"), d_model=d_model, n_layers=require(hf, "n_layer"),
@@ -144,12 +106,11 @@ def _read_gpt2(hf: dict[str, Any]) -> Fields:
 
 
 def _fits_gpt2(config: ModelConfig) -> str | None:
-    for name, want in (("pos_embedding", "learned"), ("norm", "layernorm"), ("ffn", "mlp"), ("qk_norm", False),
-                       ("norm_placement", "pre"), ("n_kv_heads", config.n_heads),
-                       ("head_dim", config.d_model // config.n_heads)):
+    for name, want in (("pos_embedding", "learned"), ("norm", "layernorm"), ("ffn", "mlp"),
+                       ("n_kv_heads", config.n_heads), ("head_dim", config.d_model // config.n_heads)):
         if getattr(config, name) != want:
             return f"{name}={getattr(config, name)!r} (GPT-2 needs {want!r})"
-    return None
+    return unusual(config, "GPT-2", {"pos_embedding", "norm", "qkv_bias", "attn_out_bias", "mlp_bias"})
 
 
 def _write_gpt2(config: ModelConfig) -> Fields:
@@ -157,6 +118,10 @@ def _write_gpt2(config: ModelConfig) -> Fields:
                 n_positions=config.max_seq_len, layer_norm_epsilon=config.norm_eps,
                 activation_function=HF_ACTIVATION_NAMES[config.activation], resid_pdrop=0.0, embd_pdrop=0.0,
                 attn_pdrop=0.0)
+
+
+def _any_bias(config: ModelConfig) -> bool:
+    return config.qkv_bias or config.attn_out_bias
 
 
 @dataclass(frozen=True)
@@ -168,16 +133,32 @@ class Family:
     read: Callable[[dict[str, Any]], Fields]
     fits: Callable[[ModelConfig], str | None]
     write: Callable[[ModelConfig], Fields]
-    attention_bias: Callable[[ModelConfig], bool]  # whether the HF model has q/k/v(/o) biases
+    attention_bias: Callable[[ModelConfig], bool] = _any_bias  # whether the HF model has q/k/v(/o) biases
+    renames: dict[str, str] = field(default_factory=dict)  # per-layer module names, HF -> ours
+    fused: dict[str, tuple[str, ...]] = field(default_factory=dict)  # HF fused module -> ours, stacked by rows
 
 
 FAMILIES: dict[str, Family] = {
     "gpt2": Family("GPT2LMHeadModel", "GPT2Model", _read_gpt2, _fits_gpt2, _write_gpt2, lambda c: True),
-    "qwen3": Family("Qwen3ForCausalLM", "Qwen3Model", _read_qwen3, _fits_qwen3, _write_qwen3,
-                    lambda c: c.qkv_bias or c.attn_out_bias),
-    "qwen2": Family("Qwen2ForCausalLM", "Qwen2Model", _read_qwen2, _fits_qwen2, _write_qwen2, lambda c: True),
-    "llama": Family("LlamaForCausalLM", "LlamaModel", _read_llama, _fits_llama, _write_llama,
-                    lambda c: c.qkv_bias or c.attn_out_bias),
+    "qwen3": Family("Qwen3ForCausalLM", "Qwen3Model", _read_qwen3, _fits_qwen3, _write_qwen),
+    "qwen2": Family("Qwen2ForCausalLM", "Qwen2Model", _read_qwen2, _fits_qwen2, _write_qwen, lambda c: True),
+    "llama": Family("LlamaForCausalLM", "LlamaModel", _read_llama, _fits_llama, _write_llama),
+    "mistral": Family("MistralForCausalLM", "MistralModel", _read_mistral, _fits_mistral, _write_mistral,
+                      lambda c: False),
+    "gemma": Family("GemmaForCausalLM", "GemmaModel", gemma.read_gemma, gemma.fits_gemma, gemma.write_gemma),
+    "gemma2": Family("Gemma2ForCausalLM", "Gemma2Model", gemma.read_gemma2, gemma.fits_gemma2, gemma.write_gemma2,
+                     renames=gemma.SANDWICH_RENAMES),
+    "gemma3_text": Family("Gemma3ForCausalLM", "Gemma3TextModel", gemma.read_gemma3, gemma.fits_gemma3,
+                          gemma.write_gemma3, renames=gemma.SANDWICH_RENAMES),
+    "phi3": Family("Phi3ForCausalLM", "Phi3Model", more.read_phi3, more.fits_phi3, more.write_phi3,
+                   lambda c: False, fused=more.PHI3_FUSED),
+    "olmo2": Family("Olmo2ForCausalLM", "Olmo2Model", more.read_olmo2, more.fits_olmo2, more.write_olmo2,
+                    renames=more.OUTPUT_NORM_RENAMES),
+    "granite": Family("GraniteForCausalLM", "GraniteModel", more.read_granite, more.fits_granite,
+                      more.write_granite),
+    "smollm3": Family("SmolLM3ForCausalLM", "SmolLM3Model", more.read_smollm3, more.fits_smollm3,
+                      more.write_smollm3),
 }
 # export tries the families in this order (the most specific first) when the config names none
-EXPORT_ORDER = ("gpt2", "qwen3", "qwen2", "llama")
+EXPORT_ORDER = ("gpt2", "gemma3_text", "gemma2", "gemma", "olmo2", "smollm3", "qwen3", "qwen2", "llama", "mistral",
+                "granite")

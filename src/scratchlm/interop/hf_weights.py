@@ -20,6 +20,7 @@ import torch
 
 from scratchlm.config import ModelConfig
 from scratchlm.interop.hf_config import hf_attention_bias
+from scratchlm.interop.hf_families import FAMILIES
 from scratchlm.nn.rope import interleaved_to_half_permutation
 
 Tensor = torch.Tensor
@@ -47,8 +48,9 @@ def permute_rope_heads(state: StateDict, config: ModelConfig, to_half: bool) -> 
         if module in heads and ".self_attn." in name:
             rows = t.reshape(heads[module], config.head_dim, *t.shape[1:])  # (H, Hd[, D])
             out[name] = rows[:, perm].reshape(t.shape)
-        elif module in ("q_norm", "k_norm") and ".self_attn." in name:
-            out[name] = t[perm]  # (Hd,) weight acting on each head
+        elif module in ("q_norm", "k_norm") and ".self_attn." in name:  # (Hd,) per head, or (heads * Hd,)
+            n = heads["q_proj" if module == "q_norm" else "k_proj"] if t.numel() != config.head_dim else 1
+            out[name] = t.reshape(n, config.head_dim)[:, perm].reshape(t.shape)
     return out
 
 
@@ -122,6 +124,53 @@ def stored_head_differs(hf_state: StateDict) -> bool:
     return head is not None and embed is not None and not torch.equal(head, embed)
 
 
+def _fused_sizes(config: ModelConfig) -> dict[str, int]:
+    """Rows of each of our modules inside a fused HF matrix (q: H*Hd, k/v: KvH*Hd, gate/up: d_ff)."""
+    q, kv = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
+    return {"self_attn.q_proj": q, "self_attn.k_proj": kv, "self_attn.v_proj": kv, "mlp.gate_proj": config.d_ff,
+            "mlp.up_proj": config.d_ff}
+
+
+def split_fused(state: StateDict, config: ModelConfig, fused: dict[str, tuple[str, ...]]) -> StateDict:
+    """Phi-3's qkv_proj / gate_up_proj (rows q | k | v, gate | up) -> our separate modules."""
+    sizes = _fused_sizes(config)
+    for i in range(config.n_layers):
+        for hf, parts in fused.items():
+            for kind in ("weight", "bias"):
+                key = f"model.layers.{i}.{hf}.{kind}"
+                if kind == "weight" or key in state:
+                    chunks = _pop(state, key).split([sizes[p] for p in parts], 0)
+                    state.update({f"model.layers.{i}.{p}.{kind}": c.contiguous() for p, c in zip(parts, chunks)})
+    return state
+
+
+def fuse(state: StateDict, config: ModelConfig, fused: dict[str, tuple[str, ...]]) -> StateDict:
+    """Our separate q/k/v and gate/up matrices -> Phi-3's fused qkv_proj / gate_up_proj."""
+    for i in range(config.n_layers):
+        for hf, parts in fused.items():
+            for kind in ("weight", "bias"):
+                keys = [f"model.layers.{i}.{p}.{kind}" for p in parts]
+                if keys[0] in state:
+                    state[f"model.layers.{i}.{hf}.{kind}"] = torch.cat([state.pop(k) for k in keys], 0)
+    return state
+
+
+def rename_layer_modules(state: StateDict, mapping: dict[str, str]) -> StateDict:
+    """Rename the per-layer modules `model.layers.{i}.{old}.*` -> `{new}` for every old -> new in mapping,
+    all at once (so swaps such as Gemma-2's post_attention_layernorm <-> ours are safe)."""
+    if not mapping:
+        return state
+    out: StateDict = {}
+    for key, value in state.items():
+        head, sep, rest = key.partition(".layers.")
+        if sep:
+            index, _, sub = rest.partition(".")
+            module, dot, tail = sub.partition(".")
+            key = f"{head}.layers.{index}.{mapping.get(module, module)}{dot}{tail}"
+        out[key] = value
+    return out
+
+
 def _pop(state: StateDict, key: str) -> Tensor:
     if key not in state:
         raise ValueError(f"HF checkpoint is missing tensor {key!r}; is the config's layer count right?")
@@ -143,6 +192,8 @@ def state_to_hf(model_state: StateDict, config: ModelConfig, family: str) -> Sta
     if config.pos_embedding == "rope" and config.rope_style == "interleaved":
         state = permute_rope_heads(state, config, to_half=True)
     _fill_zero_biases(state, config, family)
+    state = rename_layer_modules(state, {ours: hf for hf, ours in FAMILIES[family].renames.items()})
+    state = fuse(state, config, FAMILIES[family].fused)
     if family == "gpt2":
         state = _gpt2_to_hf(state, config)
     return {k: v.contiguous() for k, v in state.items()}
@@ -154,7 +205,8 @@ def state_from_hf(hf_state: StateDict, config: ModelConfig, family: str) -> Stat
     if family == "gpt2":
         state = _gpt2_from_hf(_add_prefix(state, "transformer."), config)
     else:
-        state = _add_prefix(state, "model.")
+        state = rename_layer_modules(_add_prefix(state, "model."), FAMILIES[family].renames)
+        state = split_fused(state, config, FAMILIES[family].fused)
     if config.tie_embeddings:
         state.pop("lm_head.weight", None)
         state["lm_head.weight"] = state.get("model.embed_tokens.weight")

@@ -21,6 +21,7 @@ from scratchlm.nn.linear import Linear
 from scratchlm.nn.masks import causal_mask, combine_masks
 from scratchlm.nn.norm import RMSNorm
 from scratchlm.nn.rope import RotaryEmbedding
+from scratchlm.nn.softcap import softcap as soft_cap
 from scratchlm.nn.softmax import softmax
 
 ATTN_IMPLS = ("reference", "sdpa")
@@ -63,9 +64,11 @@ def scaled_dot_product_attention(
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
     scale: float | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Reference attention. q (..., H, T, Hd); k, v (..., KvH, S, Hd); any number of leading batch dims
-    (also 2-D (T, Hd)); mask bool broadcastable to (..., H, T, S). See check_attention_shapes."""
+    (also 2-D (T, Hd)); mask bool broadcastable to (..., H, T, S). See check_attention_shapes.
+    softcap c (Gemma-2): the scaled scores become c * tanh(scores / c) before the mask."""
     lead, h, kvh = check_attention_shapes(q, k, v, mask)
     t, hd, s = q.shape[-2], q.shape[-1], k.shape[-2]
     g = h // kvh
@@ -73,6 +76,8 @@ def scaled_dot_product_attention(
     qg = q.reshape(*lead, kvh, g, t, hd)  # (..., KvH, G, T, Hd): group the query heads sharing a kv head
     kg, vg = k.reshape(*lead, kvh, 1, s, hd), v.reshape(*lead, kvh, 1, s, v.shape[-1])  # (..., KvH, 1, S, Hd)
     scores = (qg @ kg.transpose(-2, -1)) * scale  # (..., KvH, G, T, S)
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)
     if is_causal:
         mask = combine_masks(mask, causal_mask(t, s, start=s - t, device=q.device))
     if mask is not None:
@@ -89,8 +94,12 @@ def sdpa_attention(
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
     scale: float | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """Fast path: torch's fused F.scaled_dot_product_attention, same contract (and shapes) as the reference."""
+    """Fast path: torch's fused F.scaled_dot_product_attention, same contract (and shapes) as the reference.
+    torch's kernel has no soft-capping: with `softcap` this runs the reference math."""
+    if softcap is not None:
+        return scaled_dot_product_attention(q, k, v, mask, is_causal, scale, softcap)
     _, h, kvh = check_attention_shapes(q, k, v, mask)
     gqa = h != kvh
     t, s = q.shape[-2], k.shape[-2]
@@ -115,8 +124,17 @@ def check_attention_input(x: torch.Tensor, d_model: int, positions: torch.Tensor
     return b, t
 
 
+QK_NORM_SCOPES = ("head", "projection")
+
+
 class Attention(nn.Module):
-    """Multi-head attention with n_kv_heads (MHA/GQA/MQA), optional qkv bias, QK-norm and RoPE."""
+    """Multi-head attention with n_kv_heads (MHA/GQA/MQA), optional qkv bias, QK-norm and RoPE.
+
+    QK-norm: RMSNorm on q and k before RoPE, over each head's Hd dims (scope "head": Qwen3, Gemma-3) or
+    over the whole projection H*Hd / KvH*Hd (scope "projection": OLMo-2). scale: the score multiplier
+    (default 1/sqrt(Hd); Gemma-2/3 query_pre_attn_scalar^-1/2, Granite attention_multiplier); softcap:
+    c * tanh(scores / c) on the scaled scores (Gemma-2).
+    """
 
     def __init__(
         self,
@@ -131,6 +149,10 @@ class Attention(nn.Module):
         rope: RotaryEmbedding | None = None,
         attn_impl: str = "reference",
         fused: bool = False,
+        qk_norm_scope: str = "head",
+        norm_unit_offset: bool = False,
+        scale: float | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -148,8 +170,12 @@ class Attention(nn.Module):
         self.k_proj = Linear(d_model, n_kv_heads * head_dim, bias=qkv_bias)
         self.v_proj = Linear(d_model, n_kv_heads * head_dim, bias=qkv_bias)
         self.o_proj = Linear(n_heads * head_dim, d_model, bias=out_bias)
-        self.q_norm = RMSNorm(head_dim, norm_eps, fused=fused) if qk_norm else None
-        self.k_norm = RMSNorm(head_dim, norm_eps, fused=fused) if qk_norm else None
+        if qk_norm_scope not in QK_NORM_SCOPES:
+            raise ValueError(f"unknown qk_norm_scope {qk_norm_scope!r}; valid: {QK_NORM_SCOPES}")
+        self.qk_norm_scope, self.scale, self.softcap = qk_norm_scope, scale, softcap
+        q_dim, k_dim = (n_heads * head_dim, n_kv_heads * head_dim) if qk_norm_scope == "projection" else (head_dim,) * 2
+        self.q_norm = RMSNorm(q_dim, norm_eps, fused=fused, unit_offset=norm_unit_offset) if qk_norm else None
+        self.k_norm = RMSNorm(k_dim, norm_eps, fused=fused, unit_offset=norm_unit_offset) if qk_norm else None
         self.rope = rope
 
     def project_qkv(
@@ -157,10 +183,13 @@ class Attention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (B, T, D) -> q (B, H, T, Hd), k, v (B, KvH, T, Hd): split heads, QK-norm, then RoPE per head."""
         b, t = check_attention_input(x, self.q_proj.in_features, positions)
-        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Hd)
-        k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, KvH, T, Hd)
+        q, k = self.q_proj(x), self.k_proj(x)  # (B, T, H*Hd), (B, T, KvH*Hd)
+        if self.q_norm is not None and self.qk_norm_scope == "projection":
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Hd)
+        k = k.view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, KvH, T, Hd)
         v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, KvH, T, Hd)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.qk_norm_scope == "head":
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope is not None:
             if positions is None:
@@ -188,6 +217,7 @@ class Attention(nn.Module):
         if kv_cache is not None:
             k, v = kv_cache.update(layer_idx, k, v)  # (B, KvH, S, Hd)
         attend = sdpa_attention if self.attn_impl == "sdpa" else scaled_dot_product_attention
-        out = attend(q, k, v, mask=mask, is_causal=is_causal)  # (B, H, T, Hd)
+        out = attend(q, k, v, mask=mask, is_causal=is_causal, scale=self.scale, softcap=self.softcap)
+        # out: (B, H, T, Hd)
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim)  # (B, T, H*Hd)
         return self.o_proj(out)

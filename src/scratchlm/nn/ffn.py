@@ -4,6 +4,7 @@ MLP (GPT-2):      FFN(x) = down(act(up(x))),                    d_ff default 4 *
 SwiGLU (Llama):   FFN(x) = down(silu(gate(x)) * up(x)),         d_ff default: 8/3 * D rounded up to a
                   multiple of `multiple_of` (keeps the parameter count of a 4*D MLP: 3 matrices of
                   D x 8D/3 = 2 matrices of D x 4D).
+GLU (any gate):   FFN(x) = down(act(gate(x)) * up(x)); GeGLU (Gemma) is act = gelu_tanh.
 Shapes: x (B, T, D) -> (B, T, D); up/gate (D -> F), down (F -> D).
 """
 
@@ -37,15 +38,24 @@ class MLP(nn.Module):
         return self.down_proj(self.act(self.up_proj(x)))  # (B, T, D) -> (B, T, F) -> (B, T, D)
 
 
-class SwiGLU(nn.Module):
-    """Gated FFN (Shazeer 2020, "GLU Variants Improve Transformer") with SiLU gate."""
+class GLU(nn.Module):
+    """Gated FFN (Shazeer 2020, "GLU Variants Improve Transformer") with any gate activation."""
 
-    def __init__(self, d_model: int, d_ff: int, bias: bool = False, fused: bool = False) -> None:
+    def __init__(self, d_model: int, d_ff: int, activation: str = "silu", bias: bool = False,
+                 fused: bool = False) -> None:
         super().__init__()
-        self.act = get_activation("silu", fused)
+        self.activation = activation
+        self.act = get_activation(activation, fused)
         self.gate_proj = Linear(d_model, d_ff, bias=bias)
         self.up_proj = Linear(d_model, d_ff, bias=bias)
         self.down_proj = Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))  # (B, T, F) gated -> (B, T, D)
+
+
+class SwiGLU(GLU):
+    """GLU with the SiLU gate (Llama, Qwen, Mistral...)."""
+
+    def __init__(self, d_model: int, d_ff: int, bias: bool = False, fused: bool = False) -> None:
+        super().__init__(d_model, d_ff, "silu", bias, fused)

@@ -1,6 +1,7 @@
 """Normalisation layers: RMSNorm, LayerNorm, BatchNorm1d.
 
 RMSNorm:    y = x / sqrt(mean(x^2) + eps) * g                  (no mean-centering)
+            unit_offset (Gemma): y = x / sqrt(mean(x^2) + eps) * (1 + w), w initialised to 0
 LayerNorm:  y = (x - mean(x)) / sqrt(var(x) + eps) * g + b     (biased variance: divide by N, not N-1)
 BatchNorm1d (training): per channel c over batch (and length) dims,
             y = (x - mu_B) / sqrt(var_B + eps) * g + b, var_B biased;
@@ -20,24 +21,33 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square norm (Zhang & Sennrich 2019), as in Llama; math in fp32, result cast back."""
+    """Root-mean-square norm (Zhang & Sennrich 2019), as in Llama; math in fp32, result cast back.
 
-    def __init__(self, dim: int, eps: float = 1e-6, fused: bool = False) -> None:
+    unit_offset=True stores the gain as g = 1 + w (Gemma): w starts at 0, so weight decay pulls the gain
+    towards 1, not 0."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, fused: bool = False, unit_offset: bool = False) -> None:
         super().__init__()
         self.dim = dim
         self.eps = eps
         self.fused = fused
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.unit_offset = unit_offset
+        self.weight = nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim))
+
+    def gain(self) -> torch.Tensor:
+        """The multiplier g (dim,) in fp32: weight, or 1 + weight with unit_offset."""
+        return 1.0 + self.weight.float() if self.unit_offset else self.weight.float()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
         if self.fused:
-            return F.rms_norm(x32, (self.dim,), self.weight.float(), self.eps).to(x.dtype)
+            return F.rms_norm(x32, (self.dim,), self.gain(), self.eps).to(x.dtype)
         ms = (x32 * x32).mean(dim=-1, keepdim=True)  # (..., 1)
-        return (x32 * torch.rsqrt(ms + self.eps) * self.weight.float()).to(x.dtype)
+        return (x32 * torch.rsqrt(ms + self.eps) * self.gain()).to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"{self.dim}, eps={self.eps}" + (", fused" if self.fused else "")
+        return (f"{self.dim}, eps={self.eps}" + (", fused" if self.fused else "")
+                + (", unit_offset" if self.unit_offset else ""))
 
 
 class LayerNorm(nn.Module):

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import uvicorn
 
+from scratchlm.data.chat_format import chat_format_of
 from scratchlm.loading import load_pretrained
 from scratchlm.serve import API_KEY_ENV
 from scratchlm.serve.guards import LOOPBACK_HOSTS, is_loopback
@@ -120,7 +121,10 @@ def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000
     model, tokenizer = loaded.model, loaded.tokenizer
     name = model_name or default_model_name(checkpoint)
     options.allowed_hosts = default_allowed_hosts(host, options.allowed_hosts)
-    app = create_app(model, tokenizer, name, options, stop_token_ids=loaded.stop_token_ids)
+    fmt = chat_format_of(loaded)  # the model's own chat template, or None for scratchlm's ChatML
+    stops = [*loaded.stop_token_ids, *([fmt.reply_end_id] if fmt.reply_end_id is not None else [])]
+    app = create_app(model, tokenizer, name, options, stop_token_ids=list(dict.fromkeys(stops)),
+                     chat_template=fmt.template)
     sock = bind_socket(host, port)
     configure_logging(access_log)
     for warning in security_warnings(host, options.api_key):

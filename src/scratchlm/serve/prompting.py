@@ -14,6 +14,7 @@ not fit the context the request is refused at once (a 1 MB prompt costs microsec
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from scratchlm.generate.sampling import SamplingParams
 from scratchlm.generate.streaming import default_stop_ids
 from scratchlm.serve.protocol import APIError, ChatMessage, ChatRequest, CompletionRequest, SamplingFields
 from scratchlm.serve.structured import ConstraintFactory, StructuredOutput, constraint_factory
+from scratchlm.serve.tools import ToolPlan, call_grammar, chatml_tool_messages, plan_tools, template_messages
 from scratchlm.tokenizer.chat_template import render_chat
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16
@@ -43,6 +45,7 @@ class JobSpec:
     top_logprobs: int | None = None
     echo: bool = False
     constraint: ConstraintFactory | None = None
+    tools: ToolPlan | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -59,6 +62,7 @@ class JobContext:
     structured: StructuredOutput
     model_stops: list[int] | None = None  # the model's eos / end-of-turn ids, when it names them
     chat_stops: list[int] | None = None
+    template: Any = None  # the model's own chat template (tokenizer.jinja_template.ChatTemplate); None: ChatML
 
     def __post_init__(self) -> None:
         vocab = getattr(self.tokenizer, "vocab", None)
@@ -153,21 +157,37 @@ def completion_job(req: CompletionRequest, ctx: JobContext) -> JobSpec:
                    req.logprobs, req.echo, constraint)
 
 
-def render_messages(messages: list[ChatMessage], ctx: JobContext, add_generation_prompt: bool = True) -> list[int]:
-    """Token ids of a conversation in the chat template (developer messages count as system messages)."""
-    plain = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in messages]
+def render_messages(messages: list[ChatMessage], ctx: JobContext, add_generation_prompt: bool = True,
+                    tools: list[dict] | None = None) -> list[int]:
+    """Token ids of a conversation: the model's own template (tools passed to it as transformers does), or
+    scratchlm's ChatML (tools as a system message, see serve/tools.py). Developer messages are system ones."""
+    msgs = template_messages(messages)
     try:
-        ids, _ = render_chat(ctx.tokenizer, plain, add_generation_prompt=add_generation_prompt)
+        if ctx.template is not None:
+            text = ctx.template.render(msgs, add_generation_prompt=add_generation_prompt, tools=tools)
+            return list(ctx.tokenizer.encode(text))
+        named = [i for i, m in enumerate(msgs) if m.get("name") and m["role"] != "tool"]
+        if named:
+            raise APIError(400, f"messages[{named[0]}] has a name, which ChatML has no place for; remove it",
+                           param=f"messages.{named[0]}.name")
+        plain = chatml_tool_messages(msgs, tools)
+        return render_chat(ctx.tokenizer, plain, add_generation_prompt=add_generation_prompt)[0]
     except ValueError as exc:
         raise APIError(400, str(exc), param="messages") from None
-    return ids
 
 
 def chat_job(req: ChatRequest, ctx: JobContext) -> JobSpec:
-    ids = render_messages(req.messages, ctx)
+    source = None if ctx.template is None else ctx.template.select(None, req.tools or None)
+    plan = plan_tools(req.tool_dicts(), req.tool_choice_value(), source)
+    ids = render_messages(req.messages, ctx, tools=None if plan is None else plan.tools)
     param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     budget = token_budget(len(ids), req.token_limit, None, ctx.context, param, "messages")
     stop_ids = tuple(ctx.chat_stops if ctx.chat_stops is not None else default_stop_ids(ctx.tokenizer))
-    constraint = constraint_factory(ctx.structured.factory(req.response_format), [budget], param)
+    if plan is not None and plan.constrained:
+        key = json.dumps(["tools", plan.format, plan.forced, plan.tools], sort_keys=True)
+        masks = ctx.structured.masks(key, lambda: call_grammar(plan))
+    else:
+        masks = ctx.structured.factory(req.response_format)
+    constraint = constraint_factory(masks, [budget], param)
     return JobSpec([ids], [budget], req.n, sampling_params_of(req), stop_ids, req.stop_strings(), _seed(req),
-                   req.top_logprobs_n, False, constraint)
+                   req.top_logprobs_n, False, constraint, plan)

@@ -13,6 +13,7 @@ cannot change the output (`user`, `metadata`, ...) are accepted and ignored.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -149,12 +150,61 @@ class TextPart(Strict):
     text: str
 
 
+class FunctionCall(Strict):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+    def parsed_arguments(self) -> Any:
+        try:
+            return json.loads(self.arguments)
+        except ValueError:
+            raise APIError(400, f"tool call arguments of {self.name!r} are not valid JSON: {self.arguments[:80]!r}",
+                           param="messages") from None
+
+
+class ToolCall(Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(Strict):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    # what the openai client echoes back from a response message; must be empty
+    refusal: None = None
+    annotations: list[Any] | None = Field(default=None, max_length=0)
+    audio: None = None
+    function_call: None = None
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class FunctionDef(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(Strict):
+    name: str
+
+
+class NamedToolChoice(Strict):
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class ChatRequest(SamplingFields):
@@ -162,16 +212,34 @@ class ChatRequest(SamplingFields):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
-    tools: list[Any] | None = None
-    tool_choice: Any = None
+    tools: list[Tool] | None = Field(default=None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
 
     def check_supported(self) -> None:
         super().check_supported()
         if self.top_logprobs is not None and not self.logprobs:
             raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
-        if self.tools or self.tool_choice not in (None, "none"):
-            raise APIError(400, "tools / tool_choice are not supported by this server yet", param="tools")
+        for i, m in enumerate(self.messages):
+            if m.role == "tool" and (m.tool_call_id is None or m.content is None):
+                raise APIError(400, f"messages[{i}]: a tool message needs tool_call_id and content",
+                               param=f"messages.{i}")
+            if m.content is None and not (m.role == "assistant" and m.tool_calls):
+                raise APIError(400, f"messages[{i}]: content is missing (only an assistant message with tool_calls "
+                               "may leave it out)", param=f"messages.{i}.content")
+            if m.tool_calls and m.role != "assistant":
+                raise APIError(400, f"messages[{i}]: only assistant messages carry tool_calls", param=f"messages.{i}")
+        if self.response_format is not None and self.response_format.type != "text" and \
+                self.tool_choice not in (None, "none", "auto"):
+            raise APIError(400, "a forced tool_choice cannot be combined with a JSON response_format; use one",
+                           param="tool_choice")
+
+    def tool_dicts(self) -> list[dict[str, Any]] | None:
+        return None if not self.tools else [t.model_dump(exclude_none=True) for t in self.tools]
+
+    def tool_choice_value(self) -> Any:
+        c = self.tool_choice
+        return c.model_dump() if isinstance(c, NamedToolChoice) else c
 
     @property
     def token_limit(self) -> int | None:

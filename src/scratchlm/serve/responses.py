@@ -37,7 +37,7 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None 
 class ChoiceResult:
     """Everything one finished choice says: text, why it ended, its logprobs, parsed tool calls."""
 
-    text: str = ""
+    text: str | None = ""  # None: a reply that is only tool calls
     finish_reason: str | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)
     tool_calls: list[dict[str, Any]] | None = None
@@ -107,7 +107,7 @@ class ResponseShape:
             if self.chat:
                 message: dict[str, Any] = {"role": "assistant", "content": c.text}
                 if c.tool_calls:
-                    message = {"role": "assistant", "content": None, "tool_calls": c.tool_calls}
+                    message["tool_calls"] = c.tool_calls
                 out.append({"index": i, "message": message, "finish_reason": c.finish_reason, "logprobs": lp})
             else:
                 out.append({"index": i, "text": c.text, "finish_reason": c.finish_reason, "logprobs": lp})

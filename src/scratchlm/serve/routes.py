@@ -15,11 +15,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import Field
 
 from scratchlm.serve.prompting import JobSpec, chat_job, check_size, completion_job, render_messages
-from scratchlm.serve.protocol import APIError, ChatMessage, ChatRequest, CompletionRequest, Strict, parse_request
+from scratchlm.serve.protocol import (APIError, ChatMessage, ChatRequest, CompletionRequest, Strict, Tool,
+                                     parse_request)
 from scratchlm.serve.responses import ResponseShape, usage
 from scratchlm.serve.runs import RequestRun
 from scratchlm.serve.sequence import Event, Finished
 from scratchlm.serve.state import ServerState
+from scratchlm.serve.tools import ToolPlan, ToolStream, parse_tool_calls
 
 
 def sse(data: dict[str, Any] | str) -> str:
@@ -33,14 +35,42 @@ def run_error(state: ServerState, message: str) -> APIError:
     return APIError(500, message, "server_error", code="internal_error")
 
 
-def event_lines(state: ServerState, shape: ResponseShape, event: Event) -> str:
-    """The SSE text of one scheduler event: a text chunk, or [an error and] the finish chunk."""
-    if not isinstance(event, Finished):
-        return sse(shape.chunk(event.index, text=event.text, logprobs=event.logprobs))
-    finish = sse(shape.chunk(event.index, finish_reason=event.finish_reason))
-    if event.error is None:
-        return finish
-    return sse(run_error(state, event.error).body()) + finish
+class EventWriter:
+    """The SSE text of scheduler events: text chunks, tool-call chunks, [an error and] the finish chunk.
+    Under a tool plan each choice's text goes through a ToolStream (content shown only while it cannot be
+    a tool call; the calls are sent whole when the choice ends)."""
+
+    def __init__(self, state: ServerState, shape: ResponseShape, plan: ToolPlan | None, choices: int) -> None:
+        self.state, self.shape = state, shape
+        self.tools = [ToolStream(plan) for _ in range(choices)] if plan is not None and plan.parse else None
+
+    def lines(self, event: Event) -> str:
+        shape = self.shape
+        if not isinstance(event, Finished):
+            text = event.text if self.tools is None else self.tools[event.index].push(event.text)
+            return sse(shape.chunk(event.index, text=text, logprobs=event.logprobs)) if text or event.logprobs else ""
+        out, reason = "", event.finish_reason
+        if self.tools is not None and event.error is None:
+            rest, calls = self.tools[event.index].finish()
+            if rest:
+                out += sse(shape.chunk(event.index, text=rest))
+            if calls:
+                indexed = [{"index": i, **c} for i, c in enumerate(calls)]
+                out += sse(shape.chunk(event.index, tool_calls=indexed))
+                reason = "tool_calls"
+        if event.error is not None:
+            out += sse(run_error(self.state, event.error).body())
+        return out + sse(shape.chunk(event.index, finish_reason=reason))
+
+
+def apply_tool_calls(run: RequestRun, plan: ToolPlan | None) -> None:
+    """Non-streamed replies: tool calls parsed out of each choice's text (finish_reason "tool_calls")."""
+    if plan is None or not plan.parse:
+        return
+    for res in run.results:
+        content, calls = parse_tool_calls(res.text, plan.format)
+        if calls:
+            res.text, res.tool_calls, res.finish_reason = content, calls, "tool_calls"
 
 
 def record(request: Request, run: RequestRun, job: JobSpec) -> None:
@@ -52,12 +82,13 @@ def record(request: Request, run: RequestRun, job: JobSpec) -> None:
 async def stream_events(state: ServerState, request: Request, run: RequestRun, job: JobSpec, shape: ResponseShape,
                         include_usage: bool) -> AsyncIterator[str]:
     """SSE body: the chat role chunk, text chunks, one finish chunk per choice, [usage], [DONE]."""
+    writer = EventWriter(state, shape, job.tools, len(run.sequences))
     try:
         if shape.chat:
             for s in run.sequences:
                 yield sse(shape.chunk(s.index, role=True))
         async for batch in run.events():
-            yield "".join(event_lines(state, shape, event) for event in batch)
+            yield "".join(writer.lines(event) for event in batch)
         if include_usage:
             yield sse(shape.usage_chunk(usage(job.prompt_tokens, run.completion_tokens, run.cached_tokens)))
         yield sse("[DONE]")
@@ -93,6 +124,7 @@ async def respond(state: ServerState, request: Request, job: JobSpec, shape: Res
         record(request, run, job)
     if run.error is not None:
         raise run_error(state, run.error)
+    apply_tool_calls(run, job.tools)
     return JSONResponse(shape.response(run.results, usage(job.prompt_tokens, run.completion_tokens, run.cached_tokens)))
 
 
@@ -103,6 +135,7 @@ class TokenizeRequest(Strict):
     prompt: str | None = None
     messages: list[ChatMessage] | None = Field(default=None, min_length=1)
     add_generation_prompt: bool = True
+    tools: list[Tool] | None = None
 
 
 def add_api_routes(app: FastAPI, state: ServerState) -> None:
@@ -145,7 +178,8 @@ def add_api_routes(app: FastAPI, state: ServerState) -> None:
         if req.prompt is not None:
             ids = await state.off_loop(state.tokenizer.encode, req.prompt)
         else:
-            ids = await state.off_loop(render_messages, req.messages, state.jobs, req.add_generation_prompt)
+            tools = None if not req.tools else [t.model_dump(exclude_none=True) for t in req.tools]
+            ids = await state.off_loop(render_messages, req.messages, state.jobs, req.add_generation_prompt, tools)
         return {"count": len(ids), "max_model_len": state.context, "tokens": ids}
 
 

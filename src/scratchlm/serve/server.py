@@ -61,13 +61,14 @@ def add_error_handlers(app: FastAPI) -> None:
 
 def create_app(model: TransformerLM, tokenizer: Any, model_name: str = "scratchlm",
                options: ServeOptions | None = None, *, stop_token_ids: list[int] | None = None,
-               **settings: Any) -> FastAPI:
+               chat_template: Any = None, **settings: Any) -> FastAPI:
     """The FastAPI app serving `model`; the scheduler thread runs for the app's lifetime.
     Settings are ServeOptions fields, given as `options` or as keywords (api_key=..., max_batch=...).
     stop_token_ids: the model's end-of-text / end-of-turn ids (`load_pretrained`'s); by default the
-    tokenizer's <|endoftext|> (completions) and <|im_end|> (chat)."""
+    tokenizer's <|endoftext|> (completions) and <|im_end|> (chat). chat_template: the model's own
+    (tokenizer.jinja_template.ChatTemplate); None = scratchlm's ChatML."""
     options = options or ServeOptions(**settings)
-    state = ServerState(model, tokenizer, model_name, options, stop_token_ids)
+    state = ServerState(model, tokenizer, model_name, options, stop_token_ids, chat_template)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

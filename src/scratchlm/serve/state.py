@@ -49,7 +49,7 @@ class ServerState:
     """One served model and everything the handlers need around it."""
 
     def __init__(self, model: TransformerLM, tokenizer: Any, model_name: str, options: ServeOptions,
-                 stop_token_ids: list[int] | None = None) -> None:
+                 stop_token_ids: list[int] | None = None, chat_template: Any = None) -> None:
         self.model, self.tokenizer, self.model_name, self.options = model, tokenizer, model_name, options
         self.api_key, self.max_body_bytes = options.api_key, options.max_body_bytes
         self.context = model.config.max_seq_len
@@ -59,7 +59,8 @@ class ServerState:
                                    max_queue=options.max_queue, prefix_cache=cache)
         chat_stops = list(dict.fromkeys([*(stop_token_ids or []), *default_stop_ids(tokenizer)]))
         structured = StructuredOutput(tokenizer, self.vocab_size, chat_stops)
-        self.jobs = JobContext(tokenizer, self.context, self.vocab_size, structured, stop_token_ids, chat_stops)
+        self.jobs = JobContext(tokenizer, self.context, self.vocab_size, structured, stop_token_ids, chat_stops,
+                               chat_template)
         self.metrics = ServerMetrics(self.scheduler)
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="scratchlm-tokenize")
         self.draining = False

@@ -3,8 +3,9 @@
 A completion is well formed (reward 1.0, else 0.0) when, after stripping outer whitespace, it is
     [<think>] THINKING </think> WHITESPACE? <answer> ANSWER </answer>
 with exactly one </think>, one <answer> and one </answer>, at most one <think>, non-empty THINKING and
-ANSWER, nothing after </answer> and nothing before <think> (when present). The opening <think> is optional because R1-Zero-style prompts end
-with "<think>" themselves, so the completion starts inside the thinking block.
+ANSWER, nothing after </answer> and nothing before <think> (when present). The opening <think> is
+optional because R1-Zero-style prompts end with "<think>" themselves, so the completion starts inside
+the thinking block.
 `think_answer(text)` returns ANSWER of a well-formed completion (else None), for the answer reward.
 """
 

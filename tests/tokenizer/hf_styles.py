@@ -91,6 +91,17 @@ def llama3(shared: Path, tmp: Path) -> Tokenizer:
     return tok
 
 
+def llama3_tiktoken(shared: Path, tmp: Path) -> Tokenizer:
+    """The Llama-3 style vocabulary with merges made the way HF converts tiktoken ranks (Llama-3's own
+    tokenizer.json): every split of a token into two tokens is a merge, ranked by the token's id."""
+    from transformers.tokenization_utils_base import generate_merges
+
+    d = json.loads(llama3(shared, tmp).to_str())
+    added = {a["content"] for a in d["added_tokens"]}
+    d["model"]["merges"] = [list(m) for m in generate_merges(d["model"]["vocab"], skip_tokens=added)]
+    return Tokenizer.from_str(json.dumps(d))
+
+
 def qwen2(shared: Path, tmp: Path) -> Tokenizer:
     """Qwen2 style: NFC + Split(Qwen2 regex) + ByteLevel(use_regex=False), ByteLevel post-processor."""
     tok = Tokenizer(models.BPE())
@@ -224,7 +235,7 @@ def with_flag_tokens(tok: Tokenizer) -> Tokenizer:
     return tok
 
 
-STYLES = {"gpt2": lambda s, t: gpt2(s), "llama3": llama3, "qwen2": qwen2, "llama2": llama2, "mistral": mistral,
+STYLES = {"gpt2": lambda s, t: gpt2(s), "llama3": llama3, "llama3_tiktoken": llama3_tiktoken, "qwen2": qwen2, "llama2": llama2, "mistral": mistral,
           "gemma": gemma, "metaspace": metaspace_split, "kitchen_sink": kitchen_sink,
           "qwen2_flags": lambda s, t: with_flag_tokens(qwen2(s, t)),
           "kitchen_flags": lambda s, t: with_flag_tokens(kitchen_sink(s, t))}

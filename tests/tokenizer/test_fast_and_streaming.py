@@ -1,5 +1,6 @@
-"""The tiktoken fast path on byte-level pipelines (GPT-2, Llama-3 Split + ignore_merges, Qwen2 NFC + Split, a
-vocabulary missing single bytes) gives HF's ids; pipelines it cannot reproduce are refused by name;
+"""The tiktoken fast path on byte-level pipelines (GPT-2, Llama-3 Split + ignore_merges with tiktoken-converted
+merges, Qwen2 NFC + Split, a vocabulary missing single bytes) gives HF's ids; pipelines it cannot reproduce
+are refused by name;
 streaming encodes exactly like one call, in bounded chunks where the pipeline allows it."""
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def _drop_bytes(d: dict, chars: str) -> dict:
     return d
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama3", "qwen2_flags", "qwen2_missing_bytes"])
-def test_tiktoken_fast_path_equals_hf(built, lines, name):
+@pytest.mark.parametrize("name", ["gpt2", "llama3_tiktoken", "qwen2_flags", "qwen2_missing_bytes"])
+def test_tiktoken_fast_path_equals_hf(built, lines, shared_data, name):
     from tokenizers import Tokenizer as HFTokenizer
 
     hf, d = built(name.replace("_missing_bytes", "_flags"))
@@ -58,7 +59,7 @@ def test_tiktoken_fast_path_equals_hf(built, lines, name):
         d = _drop_bytes(d, "ĄĆñò")  # bytes 0x04, 0x06, 0xF1, 0xF2 (SmolLM2 lacks these and 17 more)
         hf = HFTokenizer.from_str(json.dumps(d))
     fast = Tokenizer.from_hf_dict(d, impl="tiktoken")
-    text = "\n".join(lines)
+    text = "\n".join(lines) + (shared_data / "tinyshakespeare.txt").read_text(encoding="utf-8")[:300_000]
     assert fast.encode(text) == hf.encode(text, add_special_tokens=False).ids
     for line in lines[::7] + ["a\x04b \U00040000 ñ", "\x06"]:
         assert fast.encode(line, add_special_tokens=True) == hf.encode(line).ids, line
@@ -71,10 +72,13 @@ def test_fast_path_refuses_other_pipelines(built, name, why):
         Tokenizer.from_hf_dict(built(name)[1], impl="tiktoken")
 
 
-def test_fast_path_refuses_unreachable_tokens_without_ignore_merges(built):
-    """Llama-3's vocabulary has tokens its merges never make: tiktoken's whole-piece lookup would return
-    them, HF (ignore_merges=False) would not, so the fast path refuses; with ignore_merges it is exact."""
+def test_fast_path_refuses_vocabularies_where_tiktoken_would_differ(built):
+    """Tokens the merges never make: tiktoken's whole-piece lookup would return them where HF without
+    ignore_merges does not; and a token two other tokens concatenate to without that merge: tiktoken joins
+    the pair, HF does not ("Ġaccess" in "Ġaccessary" of the Llama-3-style fixture)."""
     d = json.loads(json.dumps(built("llama3")[1]))
+    with pytest.raises(ValueError, match="is the concatenation of tokens .* which is not a merge"):
+        Tokenizer.from_hf_dict(d, impl="tiktoken")
     d["model"]["ignore_merges"] = False
     with pytest.raises(ValueError, match="is not what the merges make of its own bytes"):
         Tokenizer.from_hf_dict(d, impl="tiktoken")

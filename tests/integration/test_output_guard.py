@@ -40,7 +40,7 @@ def test_check_output_path_refuses_what_it_did_not_create(tmp_path):
 @pytest.mark.parametrize("exchange", [True, False])
 def test_atomic_output_dir_swaps_in_whole_or_not_at_all(tmp_path, monkeypatch, exchange):
     if not exchange:  # the two-rename fallback (non-Linux)
-        monkeypatch.setattr(io_utils, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(io_utils, "exchange_paths", lambda a, b: False)
     out = tmp_path / "out"
     out.mkdir()
     (out / "old.txt").write_text("old")
@@ -69,12 +69,13 @@ def test_atomic_output_file_and_run_dir(tmp_path):
             f.write(b"2")
     assert (tmp_path / "a.bin").read_bytes() == b"1"
     run = tmp_path / "run"
-    assert claim_run_dir(run) is None and run.is_dir()
+    assert claim_run_dir(run) is None and not run.exists()  # created by the run's first write
+    run.mkdir()
     (run / "metrics.jsonl").write_text("{}\n")
     with pytest.raises(FileExistsError):
         claim_run_dir(run)
     replaced = claim_run_dir(run, overwrite=True)
-    assert (replaced / "metrics.jsonl").exists() and not any(run.iterdir())
+    assert (replaced / "metrics.jsonl").exists() and not run.exists()
     release_replaced(replaced)
     assert not replaced.exists()
 

@@ -227,8 +227,8 @@ class FastDecoder:
         rope, local_rope = model.model.rotary_emb, model.model.rotary_emb_local
         self.rope = None if rope is None else rope.fused_copy()  # full-width tables: x * cos + rot(x) * sin
         self.local_rope = None if local_rope is None else local_rope.fused_copy()
-        if rope is not None:
-            self.rotation = rope_rotation(c.head_dim, rope.style, torch.float32).to(rope.cos.device)
+        if rope is not None:  # over the rotary dims (all of Hd unless partial rotary)
+            self.rotation = rope_rotation(rope.head_dim, rope.style, torch.float32).to(rope.cos.device)
         self.native = native_step(self)  # the whole step in C++ where supported (generate/native_step.py)
 
     def linears(self) -> list[PackedLinear]:
@@ -250,8 +250,11 @@ class FastDecoder:
         if rope is None:
             return qk
         cos, sin = rope
-        rotated = (qk.flatten(0, 1) @ self.rotation).view(qk.shape)  # one 2-D mm, not a broadcast bmm
-        return torch.addcmul(qk * cos, rotated, sin)
+        d = self.rotation.shape[0]
+        part = qk if d == qk.shape[-1] else qk[..., :d]  # partial rotary: the rest passes through
+        rotated = (part.flatten(0, 1) @ self.rotation).view(part.shape)  # one 2-D mm, not a broadcast bmm
+        out = torch.addcmul(part * cos, rotated, sin)
+        return out if part is qk else torch.cat((out, qk[..., d:]), -1)
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor | None,

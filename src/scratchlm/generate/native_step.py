@@ -40,6 +40,7 @@ def supported(dec: "FastDecoder") -> bool:
                        and getattr(layer, "rope_kind", "global") == "global"
                        and getattr(layer, "moe", None) is None for layer in dec.layers)
     return (plain_config and plain_layers and dec.rope is not None and getattr(dec, "local_rope", None) is None
+            and dec.rope.head_dim == c.head_dim  # no partial rotary
             and getattr(dec.rope, "kind", None) not in ("longrope", "dynamic")  # position-dependent tables
             and dec.positions is None and dec.dtype == torch.float32
             and dec.embed.device.type == "cpu" and dec.quant != "int8"

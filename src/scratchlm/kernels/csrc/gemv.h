@@ -112,7 +112,10 @@ inline void block_tile(const float* x, const uint8_t* w, float* y, int64_t K, in
     }
     for (int r = 0; r < NR; ++r) {
       __m512 lo, hi;
-      dequant_avx512(Block{}, w + (n + r) * row_bytes + i * Block::bytes, lo, hi);
+      const uint8_t* blk = w + (n + r) * row_bytes + i * Block::bytes;
+      // the same block of the next tile: keeps DRAM reads in flight while the FMAs run
+      _mm_prefetch(reinterpret_cast<const char*>(blk + 2 * NR * row_bytes), _MM_HINT_T0);
+      dequant_avx512(Block{}, blk, lo, hi);
       for (int b = 0; b < NB; ++b) {
         acc[r][b][0] = _mm512_fmadd_ps(lo, xv[b][0], acc[r][b][0]);
         acc[r][b][1] = _mm512_fmadd_ps(hi, xv[b][1], acc[r][b][1]);
@@ -187,6 +190,7 @@ inline void dense_rows_nb(const float* x, const T* w, float* y, int64_t K, int64
     for (int b = 0; b < NB; ++b) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= K; k += 32) {
+      _mm_prefetch(reinterpret_cast<const char*>(row + K + k), _MM_HINT_T0);  // the next row
       const __m512 w0 = load_widened(row + k), w1 = load_widened(row + k + 16);
       for (int b = 0; b < NB; ++b) {
         acc[b][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + (b0 + b) * K + k), acc[b][0]);

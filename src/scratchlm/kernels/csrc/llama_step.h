@@ -25,6 +25,24 @@ namespace scratchlm {
 
 inline const float* opt_ptr(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
+// a . b over n floats (16-lane partial sums where the kernels have AVX-512: a scalar fp32 loop is one
+// long dependency chain the compiler may not reorder).
+inline float dot_product(const float* a, const float* b, int64_t n) {
+  int64_t j = 0;
+  float tail = 0.f;
+#ifdef SCRATCHLM_AVX512
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (; j + 32 <= n; j += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 16), _mm512_loadu_ps(b + j + 16), acc1);
+  }
+  for (; j + 16 <= n; j += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), acc0);
+  tail = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#endif
+  for (; j < n; ++j) tail += a[j] * b[j];
+  return tail;
+}
+
 struct Linear {
   torch::Tensor w, in_scale, out_scale, bias;  // kept alive here; undefined when absent
   MatrixRef ref;
@@ -78,8 +96,7 @@ struct LlamaStep {
 
   void rms(const float* x, float* out, int64_t B, int64_t D) const {
     for (int64_t b = 0; b < B; ++b) {
-      float ss = 0.f;
-      for (int64_t i = 0; i < D; ++i) ss += x[b * D + i] * x[b * D + i];
+      const float ss = dot_product(x + b * D, x + b * D, D);
       const float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
       for (int64_t i = 0; i < D; ++i) out[b * D + i] = x[b * D + i] * r;
     }
@@ -111,8 +128,7 @@ struct LlamaStep {
         const float* vals = vc + b * bstride + (h / G) * T * Hd;
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t t = lo; t < S; ++t) {
-          float dot = 0.f;
-          for (int64_t j = 0; j < Hd; ++j) dot += qh[j] * keys[t * Hd + j];
+          const float dot = dot_product(qh, keys + t * Hd, Hd);
           p[t] = (mask && !mask[b * S + t]) ? -std::numeric_limits<float>::infinity() : dot;
           mx = std::max(mx, p[t]);
         }

@@ -91,12 +91,17 @@ def test_from_json_dict_with_partial_byte_vocab_and_stop_ids(shared_data, tmp_pa
     assert isinstance(bundle.tokenizer, Tokenizer) and bundle.chat_template is not None
 
 
-def test_scratchlm_dir_loads_without_chat_template(shakespeare_tok, tmp_path):
+def test_scratchlm_dir_loads_with_chatml_or_its_template(shakespeare_tok, tmp_path):
     shakespeare_tok.save(tmp_path)
     bundle = load_pretrained_tokenizer(tmp_path)
     assert bundle.chat_template is None and bundle.tokenizer.vocab == shakespeare_tok.vocab
     ids, mask = bundle.encode_chat(MESSAGES)
     assert ids[0] == shakespeare_tok.special_token_ids["<|im_start|>"] and sum(mask) > 0
+    template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "chat_template": template}))
+    bundle = load_pretrained_tokenizer(tmp_path)
+    assert bundle.tokenizer.chat_template.render(MESSAGES[:1]) == "[system] Be brief.<|endoftext|>"
+    assert bundle.special_tokens.eos_token_id == shakespeare_tok.special_token_ids["<|endoftext|>"]
 
 
 def test_missing_directory_and_tokenizer(tmp_path):

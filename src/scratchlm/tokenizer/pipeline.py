@@ -71,10 +71,6 @@ class Tokenizer:
         self.normalizer, self.pre_tokenizer = parts.normalizer, parts.pre_tokenizer
         self.post_processor, self.decoder = parts.post_processor, parts.decoder
         self.added = AddedVocabulary(parts.added_tokens, parts.normalizer)
-        for t in self.added.tokens:
-            mid = self.model.token_to_id(t.content)
-            if mid is not None and mid != t.id:
-                raise ValueError(f"added token {t.content!r} has id {t.id} but the model vocab gives it id {mid}")
         self.special_token_ids = {t.content: t.id for t in self.added.tokens if t.special}
         self.special_tokens = list(self.special_token_ids)
         self.surrogates = surrogates

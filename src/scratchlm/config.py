@@ -70,7 +70,7 @@ class ModelConfig:
     pos_embedding: str = "rope"
     rope_style: str = "half"
     rope_base: float = 10000.0
-    rotary_dim: int | None = None  # dims of each head that RoPE rotates (partial rotary, Phi-4-mini); None = head_dim
+    rotary_dim: int | None = None  # RoPE rotates only this many dims of each head (Phi-4-mini); None = all
     rope_scaling: dict[str, Any] | None = None  # nn/rope_scaling.py: linear, dynamic, llama3, yarn, longrope
     rope_local_base: float | None = None  # RoPE base of the sliding-window layers (Gemma-3); None = rope_base
     nope_layers: tuple[int, ...] = ()  # layers without positional rotation ("NoPE", SmolLM3)
@@ -97,8 +97,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)  # wrong types (e.g. --model.norm_eps=small) are a ValueError naming the field
-        self.derived = tuple(n for n in ("n_kv_heads", "head_dim", "d_ff", "moe_d_ff", "rotary_dim")
-                             if getattr(self, n) is None)
+        self.derived = tuple(n for n in ("n_kv_heads", "head_dim", "d_ff", "moe_d_ff") if getattr(self, n) is None)
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "ffn_multiple_of"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -122,11 +121,11 @@ class ModelConfig:
             self.head_dim = self.d_model // self.n_heads
         if self.head_dim <= 0:
             raise ValueError(f"ModelConfig.head_dim must be positive, got {self.head_dim}")
-        if self.rotary_dim is None:
-            self.rotary_dim = self.head_dim
-        if self.pos_embedding == "rope" and (self.rotary_dim % 2 or not 0 < self.rotary_dim <= self.head_dim):
-            what = "head_dim" if self.rotary_dim == self.head_dim else "rotary_dim"
-            raise ValueError(f"ModelConfig.{what}={self.rotary_dim} must be even for RoPE (rotations act on pairs) "
+        if self.rotary_dim == self.head_dim:
+            self.rotary_dim = None  # None = the whole head (so it follows head_dim through `replace`)
+        if self.pos_embedding == "rope" and (self.rope_dim % 2 or not 0 < self.rope_dim <= self.head_dim):
+            what = "head_dim" if self.rotary_dim is None else "rotary_dim"
+            raise ValueError(f"ModelConfig.{what}={self.rope_dim} must be even for RoPE (rotations act on pairs) "
                              f"and in (0, head_dim={self.head_dim}]")
         if self.pos_embedding == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"ModelConfig.d_model={self.d_model} must be even for sinusoidal positions")
@@ -143,12 +142,17 @@ class ModelConfig:
             if self.pos_embedding != "rope":
                 raise ValueError(f"ModelConfig.rope_scaling needs pos_embedding='rope', got {self.pos_embedding!r}")
             self.rope_scaling = dict(self.rope_scaling)
-            check_rope_scaling(self.rope_scaling, self.rotary_dim)
+            check_rope_scaling(self.rope_scaling, self.rope_dim)
         check_attention_layout(self)
         check_scalars(self)
         check_moe(self)
         if not self.init_std > 0:
             raise ValueError(f"ModelConfig.init_std must be > 0, got {self.init_std}")
+
+    @property
+    def rope_dim(self) -> int:
+        """The dims of each head that RoPE rotates: rotary_dim, or the whole head_dim."""
+        return self.head_dim if self.rotary_dim is None else self.rotary_dim
 
     def layer_type(self, i: int) -> str:
         """"full_attention" or "sliding_attention" for layer i."""

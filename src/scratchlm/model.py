@@ -113,11 +113,11 @@ def layer_ropes(config: ModelConfig) -> tuple[RotaryEmbedding | None, RotaryEmbe
     if config.pos_embedding != "rope":
         return None, None
     c = config
-    rope = RotaryEmbedding(c.rotary_dim, c.max_seq_len, c.rope_base, c.rope_style, fused=c.fused_ops,
+    rope = RotaryEmbedding(c.rope_dim, c.max_seq_len, c.rope_base, c.rope_style, fused=c.fused_ops,
                            scaling=c.rope_scaling)
     local = None
     if c.rope_local_base is not None:
-        local = RotaryEmbedding(c.rotary_dim, c.max_seq_len, c.rope_local_base, c.rope_style, fused=c.fused_ops)
+        local = RotaryEmbedding(c.rope_dim, c.max_seq_len, c.rope_local_base, c.rope_style, fused=c.fused_ops)
     return rope, local
 
 

@@ -86,7 +86,7 @@ def unusual(config: ModelConfig, family: str, can: set[str]) -> str | None:
     for name, off in FEATURE_DEFAULTS.items():
         if name not in can and getattr(config, name) != off:
             return f"{name}={getattr(config, name)!r} ({family} needs {off!r})"
-    if config.pos_embedding == "rope" and config.rotary_dim != config.head_dim:
+    if config.pos_embedding == "rope" and config.rotary_dim is not None:
         if PARTIAL_ROTARY_CAN not in can:
             return f"rotary_dim={config.rotary_dim} < head_dim={config.head_dim} ({family} rotates whole heads)"
         if int(config.head_dim * (config.rotary_dim / config.head_dim)) != config.rotary_dim:

@@ -127,7 +127,7 @@ def rope_to_hf(config: ModelConfig) -> dict[str, Any]:
         params = {**config.rope_scaling, "rope_theta": config.rope_base}
         if params["rope_type"] == "dynamic":
             out["max_position_embeddings"] = params.pop("original_max_position_embeddings")
-    if config.rotary_dim != config.head_dim:
+    if config.rotary_dim is not None:
         params["partial_rotary_factor"] = config.rotary_dim / config.head_dim
     out["rope_parameters"] = params
     if getattr(config, "rope_local_base", None) is not None:

@@ -38,7 +38,7 @@ QKV = ("q_proj", "k_proj", "v_proj")
 
 def permute_rope_heads(state: StateDict, config: ModelConfig, to_half: bool) -> StateDict:
     """Permute q/k head dims between "interleaved" and "half" pairing (see module docstring)."""
-    perm = interleaved_to_half_permutation(config.head_dim, config.rotary_dim)
+    perm = interleaved_to_half_permutation(config.head_dim, config.rope_dim)
     if not to_half:
         perm = torch.argsort(perm)
     heads = {"q_proj": config.n_heads, "k_proj": config.n_kv_heads}

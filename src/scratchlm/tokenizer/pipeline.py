@@ -169,9 +169,8 @@ class Tokenizer:
             for word in self._words(nt):
                 ids, spans = self.model.tokenize(word.text)
                 enc.ids.extend(ids)
-                if track:
-                    enc.offsets.extend(word.span(s, e) for s, e in spans)
-                    enc.tokens.extend(self.model.id_to_token(i) for i in ids)
+                enc.offsets.extend(word.span(s, e) for s, e in spans)
+                enc.tokens.extend(self.model.id_to_token(i) for i in ids)
         if track:
             enc.type_ids = [0] * len(enc.ids)
         return enc

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 
 import torch
 
-from scratchlm.generate.constrained.json_machine import JsonMachine, State
+from scratchlm.generate.constrained.json_machine import WS_MAX, JsonMachine, State
 from scratchlm.generate.constrained.schema import Grammar
 from scratchlm.generate.constrained.vocab_index import VocabIndex
 
 MAX_SPECS = 4096  # cached states per grammar before the caches are cleared
 MAX_FULL = 256  # cached full masks per grammar
+WS_GAPS = ("val", "key", "colon", "next", "arr0")  # lex states whose last field counts whitespace
 
 
 @dataclass
@@ -120,6 +121,9 @@ class GrammarMasks:
 
     def allowed(self, state: State, budget: int) -> torch.Tensor:
         """(V,) bool: the tokens allowed after `state` with `budget` tokens left after this one."""
+        stack, lex = state
+        if lex[0] in WS_GAPS and lex[-1]:  # k whitespace bytes into a gap: the k = 0 mask, minus long runs
+            return self.allowed((stack, lex[:-1] + (0,)), budget) & (self.index.lead_ws <= WS_MAX - lex[-1])
         spec = self.spec(state)
         if budget >= spec.max_cost:
             full = self._full.get(state)

@@ -95,15 +95,12 @@ def _no_tokenizer(directory: Path) -> FileNotFoundError:
 
 
 def load_tokenizer_dir(directory: str | Path, prefer_hf: bool = True) -> Tokenizer:
-    """The tokenizer in a model directory: tokenizer.json (HF, with its chat template and special tokens
-    attached: tokenizer.chat_template) or scratchlm's files, whichever is there."""
+    """The tokenizer in a model directory: tokenizer.json (HF) or scratchlm's files, whichever is there,
+    with the directory's chat template and special tokens attached (tokenizer.chat_template)."""
     directory = Path(directory)
-    has_hf, has_ours = (directory / TOKENIZER_JSON).is_file(), (directory / META_FILE).is_file()
-    if has_hf and (prefer_hf or not has_ours):
-        return load_pretrained_tokenizer(directory).tokenizer
-    if has_ours:
-        return Tokenizer.load(directory)
-    raise _no_tokenizer(directory)
+    if not (directory / TOKENIZER_JSON).is_file() and not (directory / META_FILE).is_file():
+        raise _no_tokenizer(directory)
+    return load_pretrained_tokenizer(directory, prefer_hf=prefer_hf).tokenizer
 
 
 def gguf_tokenizer(metadata: dict[str, Any]) -> Tokenizer:

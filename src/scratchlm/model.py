@@ -31,7 +31,7 @@ from scratchlm.nn.linear import Linear
 from scratchlm.nn.masks import layer_mask
 from scratchlm.nn.moe import MoE
 from scratchlm.nn.norm import LayerNorm, RMSNorm
-from scratchlm.nn.positional import LearnedPositions, SinusoidalPositions
+from scratchlm.nn.positional import LearnedPositions, SinusoidalPositions, check_positions_shape
 from scratchlm.nn.rope import RotaryEmbedding
 from scratchlm.nn.softcap import softcap
 
@@ -215,6 +215,7 @@ class TransformerLM(nn.Module):
         s = start + t
         if token_positions is None:
             token_positions = torch.arange(start, s, device=input_ids.device)
+        check_positions_shape(token_positions, b, t)  # also for absolute (learned/sinusoidal) positions
         if attention_mask is not None and tuple(attention_mask.shape) != (b, s):
             raise ValueError(f"attention_mask must have shape (B, S) = {(b, s)}, got {tuple(attention_mask.shape)}")
         windows = [self.config.layer_window(i) for i in range(self.config.n_layers)]

@@ -128,3 +128,35 @@ def test_greedy_batched_ragged_matches_hf_generate(case_dir):
 def test_save_pretrained_round_trip(case_dir, tmp_path):
     _, hf, directory = case_dir
     check_save(hf, directory, tmp_path / "out")
+
+
+def test_gemma3_vision_language_checkpoint_loads_its_text_model(tmp_path):
+    """Gemma-3 4B+ ship as Gemma3ForConditionalGeneration: the text model loads (vision tower dropped, with a
+    warning), matches HF on text-only input (logits, greedy) and saves as a Gemma3ForCausalLM."""
+    import torch
+    from interop_helpers import randomize_
+    from transformers import AutoModelForCausalLM, Gemma3Config, Gemma3ForConditionalGeneration, SiglipVisionConfig
+
+    import scratchlm
+    from scratchlm.generate.engine import generate
+
+    text = Gemma3TextConfig(**dict(BASE, vocab_size=120, head_dim=16, sliding_window=5, sliding_window_pattern=2))
+    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=2,
+                                image_size=28, patch_size=14)
+    config = Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
+                          image_token_index=119, boi_token_index=117, eoi_token_index=118)
+    hf = randomize_(Gemma3ForConditionalGeneration(config), seed=3).eval()
+    hf.save_pretrained(tmp_path / "vlm")
+    with pytest.warns(UserWarning, match="vision tower and projector"):
+        ours = scratchlm.from_pretrained(tmp_path / "vlm")
+    ids = torch.randint(0, 110, (2, 20), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        expected = hf(input_ids=ids).logits
+        assert (ours(ids) - expected).abs().max().item() <= 1e-4
+        out = hf.generate(ids[:1, :12], max_new_tokens=20, min_new_tokens=20, do_sample=False)
+    assert generate(ours, ids[:1, :12].tolist(), 20, decode="fast") == out[:, 12:].tolist()
+    scratchlm.save_pretrained(ours, tmp_path / "text")
+    text_only = AutoModelForCausalLM.from_pretrained(tmp_path / "text").eval()
+    assert type(text_only).__name__ == "Gemma3ForCausalLM"
+    with torch.no_grad():
+        assert (text_only(ids).logits - expected).abs().max().item() <= 1e-5

@@ -230,3 +230,15 @@ def test_end_to_end_exit_status_and_no_traceback(ws, argv, expected):
     assert out.returncode == 2
     assert out.stderr.startswith(expected) and out.stderr.count("\n") == 1, out.stderr
     assert snapshot(ws) == before
+
+
+def test_interactive_chat_goes_on_after_a_failed_turn_and_exits_2(ws, monkeypatch, capsys):
+    """A tty session reports a turn that cannot fit, keeps going, and does not exit 0 (it used to)."""
+    lines = iter([" ".join(["word"] * 60), "hi", "/exit"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.chdir(ws)
+    assert main(["chat", "--checkpoint", "ckpt"]) == 2
+    err = capsys.readouterr().err
+    assert "scratchlm chat: error: the last message is 318 tokens" in err
+    assert err.rstrip().endswith("scratchlm chat: error: 1 turn(s) failed (see above)")

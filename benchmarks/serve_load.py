@@ -11,8 +11,8 @@ llama-tiny model, D 128, 4 layers, 2048-token context) unless --checkpoint is gi
     prefix_cache  sequential chat requests sharing a long system prompt (~--system-tokens tokens), each with
                   its own question: TTFT p50 with the prefix cache vs a server started with
                   --prefix-cache-mb 0, and whether the greedy replies are identical.
-    logprobs      decode time per token of one stream, plain vs logprobs=5 (top 5), and per token under
-                  16 concurrent streams
+    logprobs      time per token (latency / tokens) of one stream, plain vs logprobs + top_logprobs 5, and
+                  of each of 16 concurrent streams
     structured    the same for response_format json_object and a json_schema (after a warm-up request that
                   builds the vocabulary index and the grammar)
 Prints one JSON object (last line).
@@ -118,13 +118,19 @@ async def sequential(api: str, bodies: list[dict]) -> list[Any]:
         return [await stream_one(http, api, {}, {**b, "stream": True}) for b in bodies]
 
 
-def system_prompt(tokens: int) -> str:
+def system_prompt(url: str, tokens: int) -> str:
+    """About `tokens` tokens of Shakespeare (the server's /tokenize counts them)."""
     text = DATA.joinpath("tinyshakespeare.txt").read_text()[200_000:]
-    return text[: tokens * 3]  # ~3 characters per token in this 512-token vocabulary
+    chars = tokens * 2
+    for _ in range(8):
+        count = httpx.post(url + "/tokenize", json={"prompt": text[:chars]}, timeout=60).json()["count"]
+        chars = int(chars * tokens / max(count, 1))
+    return text[:chars]
 
 
 def prefix_phase(checkpoint: Path, args: argparse.Namespace) -> dict[str, Any]:
-    system = system_prompt(args.system_tokens)
+    with Server(checkpoint, args) as server:
+        system = system_prompt(server.url, args.system_tokens)
     questions = [f"Question {i}: who speaks next, and why?" for i in range(args.prefix_requests)]
     bodies = [{"model": "bench", "messages": [{"role": "system", "content": system}, {"role": "user", "content": q}],
                "max_tokens": 8, "temperature": 0} for q in questions]
@@ -135,17 +141,21 @@ def prefix_phase(checkpoint: Path, args: argparse.Namespace) -> dict[str, Any]:
             asyncio.run(sequential(server.api, bodies[:1]))  # warm-up; fills the cache with the system prompt
             wait_quiet(timeout_s=QUIET_TIMEOUT[0], stats=QUIET)
             results = asyncio.run(sequential(server.api, bodies[1:]))
+            failed = [r.error for r in results if not r.ok]
+            if failed:
+                raise RuntimeError(f"{len(failed)} prefix-cache requests failed: {failed[0]}")
             out[f"ttft_p50_s_{name}"] = round(median(r.ttft_s for r in results), 4)
             texts[name] = [r.text for r in results]
             out[f"cached_prompt_tokens_{name}"] = server.health()["cached_prompt_tokens"]
-    out["system_chars"] = len(system)
+    out["system_tokens"] = args.system_tokens
     out["ttft_ratio"] = round(out["ttft_p50_s_uncached"] / max(out["ttft_p50_s_cached"], 1e-9), 2)
     out["greedy_identical"] = texts["cached"] == texts["uncached"]
     return out
 
 
 def per_token(api: str, body: dict, streams: int, repeats: int) -> float:
-    """Median decode seconds per token (after the first) of `streams` concurrent streams, `repeats` times."""
+    """Median of latency / completion tokens over `streams` concurrent streams, `repeats` times (the prompt is
+    short, so this is the decode time per token as a client sees it)."""
     async def one_round(http: httpx.AsyncClient) -> list[Any]:
         return await asyncio.gather(*(stream_one(http, api, {}, {**body, "stream": True, "seed": s,
                                                                    "stream_options": {"include_usage": True}})
@@ -161,7 +171,7 @@ def per_token(api: str, body: dict, streams: int, repeats: int) -> float:
                 failed = [r.error for r in rs if not r.ok]
                 if failed:
                     raise RuntimeError(f"{len(failed)} of {len(rs)} requests failed: {failed[0]}")
-                values += [(r.latency_s - r.ttft_s) / max(r.completion_tokens - 1, 1) for r in rs if r.ttft_s]
+                values += [r.latency_s / r.completion_tokens for r in rs]  # short prompt: ~all decoding
             return values
 
     return median(asyncio.run(run()))

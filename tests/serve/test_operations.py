@@ -11,6 +11,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import openai
+import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -42,9 +44,10 @@ def test_full_queue_is_429_with_retry_after_then_metrics_and_access_log(caplog):
             wait_until(model.entered.is_set)  # request 1 is in its prefill: it holds the only batch row
             queued = [pool.submit(post) for _ in range(2)]
             wait_until(lambda: get_json(url + "/health")["waiting"] == 2)
-            busy = httpx.post(url + "/v1/completions", json=BODY, timeout=60)
-            assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
-            assert busy.json()["error"]["code"] == "queue_full"
+            busy_client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+            with pytest.raises(openai.RateLimitError) as busy:  # the official client's type for a 429
+                busy_client.completions.create(**BODY)
+            assert busy.value.response.headers["retry-after"] == "1" and busy.value.code == "queue_full"
             model.armed = False
             model.gate.set()
             done = [f.result() for f in [first, *queued]]

@@ -96,7 +96,7 @@ def llama3_tiktoken(shared: Path, tmp: Path) -> Tokenizer:
     tokenizer.json): every split of a token into two tokens is a merge, ranked by the token's id."""
     from transformers.tokenization_utils_base import generate_merges
 
-    d = json.loads(llama3(shared, tmp).to_str())
+    d = json.loads(build("llama3", shared, tmp).to_str())
     added = {a["content"] for a in d["added_tokens"]}
     d["model"]["merges"] = [list(m) for m in generate_merges(d["model"]["vocab"], skip_tokens=added)]
     return Tokenizer.from_str(json.dumps(d))
@@ -237,8 +237,16 @@ def with_flag_tokens(tok: Tokenizer) -> Tokenizer:
 
 STYLES = {"gpt2": lambda s, t: gpt2(s), "llama3": llama3, "llama3_tiktoken": llama3_tiktoken, "qwen2": qwen2, "llama2": llama2, "mistral": mistral,
           "gemma": gemma, "metaspace": metaspace_split, "kitchen_sink": kitchen_sink,
-          "qwen2_flags": lambda s, t: with_flag_tokens(qwen2(s, t)),
-          "kitchen_flags": lambda s, t: with_flag_tokens(kitchen_sink(s, t))}
+          "qwen2_flags": lambda s, t: with_flag_tokens(build("qwen2", s, t)),
+          "kitchen_flags": lambda s, t: with_flag_tokens(build("kitchen_sink", s, t))}
+_BUILT: dict[str, str] = {}
+
+
+def build(name: str, shared: Path, tmp: Path) -> Tokenizer:
+    """A fresh copy of style `name`, trained once per process (tests in several modules share it)."""
+    if name not in _BUILT:
+        _BUILT[name] = STYLES[name](shared, tmp).to_str()
+    return Tokenizer.from_str(_BUILT[name])
 
 
 BASE_LINES = [

@@ -22,7 +22,7 @@ def built(shared_data, tmp_path_factory):
 
     def get(name):
         if name not in cache:
-            hf = hf_styles.STYLES[name](shared_data, tmp)
+            hf = hf_styles.build(name, shared_data, tmp)
             cache[name] = hf, json.loads(hf.to_str())
         return cache[name]
 

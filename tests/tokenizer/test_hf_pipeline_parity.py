@@ -24,7 +24,7 @@ def build(shared_data, tmp_path_factory):
 
     def get(name: str) -> tuple[HFTokenizer, Tokenizer]:
         if name not in cache:
-            hf = hf_styles.STYLES[name](shared_data, tmp)
+            hf = hf_styles.build(name, shared_data, tmp)
             cache[name] = hf, Tokenizer.from_hf_dict(json.loads(hf.to_str()))
         return cache[name]
 

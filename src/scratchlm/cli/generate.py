@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from scratchlm.generate.decode_step import DECODE_MODES
+from scratchlm.generate.prefill import PREFILL_MODES
 from scratchlm.generate.sampling import SamplingParams
 from scratchlm.generate.streaming import stream_generate
 from scratchlm.loading import LoadedModel, load_pretrained, load_tokenizer_dir
@@ -31,8 +32,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights/activations dtype")
     p.add_argument("--decode", choices=DECODE_MODES, default="fast",
                    help="decode step: fast = packed weights, same output as the model (default); model = the "
-                        "reference forward; fast-int8 = int8 weight-only (approximate, fastest); compiled = "
-                        "torch.compile (slow warm-up); see benchmarks/RESULTS.md")
+                        "reference forward; fast-gguf = a GGUF's own Q4_1/Q8_0 blocks (exact, fastest on GGUF "
+                        "models); fast-bf16 / fast-q8_0 / fast-q4_1 / fast-int8 = compact weights (approximate); "
+                        "compiled = torch.compile (slow warm-up); see benchmarks/RESULTS.md")
+    p.add_argument("--prefill", choices=PREFILL_MODES, default="model",
+                   help="prompt path: model = the model's own dtype (default); bf16 = a bf16 copy of the model "
+                        "(faster on CPUs with bf16 matmul units; bf16 rounding of the prompt's activations)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
@@ -57,7 +62,7 @@ def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """SamplingParams fields + seed + stop strings from parsed flags (validated by SamplingParams)."""
     fields = {f: getattr(args, f) for f in SamplingParams.__dataclass_fields__}
     SamplingParams(**fields)
-    return {**fields, "seed": args.seed, "stop_strings": args.stop, "decode": args.decode}
+    return {**fields, "seed": args.seed, "stop_strings": args.stop, "decode": args.decode, "prefill": args.prefill}
 
 
 def load_for_generation(args: argparse.Namespace) -> LoadedModel:

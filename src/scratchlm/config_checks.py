@@ -57,3 +57,29 @@ def check_scalars(c: Any) -> None:
                          f"[0, n_layers={c.n_layers}) of a pos_embedding='rope' model")
     if c.norm_unit_offset and c.norm != "rmsnorm":
         raise ValueError(f"ModelConfig.norm_unit_offset=True needs norm='rmsnorm', got {c.norm!r}")
+
+
+def check_moe(c: Any) -> None:
+    """moe_*: sizes, top_k <= experts, dense-layer indices, a gated FFN for the experts."""
+    c.moe_dense_layers = tuple(c.moe_dense_layers)
+    for name in ("moe_num_experts", "moe_shared_d_ff"):
+        value = getattr(c, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"ModelConfig.{name} must be an integer >= 0, got {value!r}")
+    if c.moe_d_ff is None:
+        c.moe_d_ff = c.d_ff
+    if not _positive_int(c.moe_d_ff):
+        raise ValueError(f"ModelConfig.moe_d_ff must be a positive integer, got {c.moe_d_ff!r}")
+    if not isinstance(c.moe_aux_loss_coef, (int, float)) or not c.moe_aux_loss_coef >= 0:
+        raise ValueError(f"ModelConfig.moe_aux_loss_coef must be a number >= 0, got {c.moe_aux_loss_coef!r}")
+    if c.moe_num_experts == 0:
+        return
+    if not _positive_int(c.moe_top_k) or c.moe_top_k > c.moe_num_experts:
+        raise ValueError(f"ModelConfig.moe_top_k={c.moe_top_k!r} must be in [1, moe_num_experts="
+                         f"{c.moe_num_experts}]")
+    bad = [i for i in c.moe_dense_layers if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < c.n_layers]
+    if bad:
+        raise ValueError(f"ModelConfig.moe_dense_layers has {bad}: indices must be in [0, n_layers={c.n_layers})")
+    if c.ffn == "mlp":
+        raise ValueError("ModelConfig.moe_num_experts > 0 needs a gated FFN (ffn='swiglu' or 'glu'): experts are "
+                         "gated FFNs")

@@ -140,7 +140,7 @@ def _fsync_tree(root: Path) -> None:
                 os.close(fd)
 
 
-def _exchange(a: Path, b: Path) -> bool:
+def exchange_paths(a: Path, b: Path) -> bool:
     """Atomically exchange two paths with Linux renameat2(RENAME_EXCHANGE); False where unsupported."""
     try:
         fn = ctypes.CDLL(None, use_errno=True).renameat2
@@ -156,7 +156,7 @@ def swap_in_dir(new: Path, path: Path) -> None:
     if not path.exists() or (path.is_dir() and not any(path.iterdir())):
         os.replace(new, path)  # rename over an empty directory is atomic on POSIX
         return
-    if _exchange(new, path):
+    if exchange_paths(new, path):
         shutil.rmtree(new)
         return
     old = path.parent / f".{path.name}.old-{os.getpid()}"
@@ -193,7 +193,8 @@ def atomic_output_file(path: str | Path, overwrite: bool = False, flag: str = "-
 
 
 def claim_run_dir(path: str | Path, overwrite: bool = False, flag: str = "--out") -> Path | None:
-    """Make `path` an empty directory for a run that fills it as it goes (module rule 4).
+    """Make `path` free for a run that fills it as it goes (module rule 4): afterwards it is absent or an
+    empty directory; the run's first write creates it, so a run that fails before writing leaves nothing.
 
     Returns where the previous contents were moved (overwrite=True only), else None."""
     path = check_output_path(path, "dir", overwrite, flag)
@@ -204,7 +205,6 @@ def claim_run_dir(path: str | Path, overwrite: bool = False, flag: str = "--out"
         os.replace(path, replaced)
         print(f"--overwrite: moved the previous contents of {path} to {replaced}; they are deleted when "
               "this run succeeds", file=sys.stderr)
-    path.mkdir(parents=True, exist_ok=True)
     return replaced
 
 

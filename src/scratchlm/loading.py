@@ -95,21 +95,24 @@ def _no_tokenizer(directory: Path) -> FileNotFoundError:
 
 
 def load_tokenizer_dir(directory: str | Path, prefer_hf: bool = True) -> Tokenizer:
-    """The tokenizer in a model directory: tokenizer.json (HF, with its chat template and special tokens
-    attached: tokenizer.chat_template) or scratchlm's files, whichever is there."""
+    """The tokenizer in a model directory: tokenizer.json (HF) or scratchlm's files, whichever is there,
+    with the directory's chat template and special tokens attached (tokenizer.chat_template)."""
     directory = Path(directory)
-    has_hf, has_ours = (directory / TOKENIZER_JSON).is_file(), (directory / META_FILE).is_file()
-    if has_hf and (prefer_hf or not has_ours):
-        return load_pretrained_tokenizer(directory).tokenizer
-    if has_ours:
-        return Tokenizer.load(directory)
-    raise _no_tokenizer(directory)
+    if not (directory / TOKENIZER_JSON).is_file() and not (directory / META_FILE).is_file():
+        raise _no_tokenizer(directory)
+    return load_pretrained_tokenizer(directory, prefer_hf=prefer_hf).tokenizer
 
 
 def gguf_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
     """The byte-level BPE tokenizer a GGUF file describes (via its tokenizer.json form), with its chat
     template and special tokens attached."""
     return pretrained_from_json(tokenizer_json_from_gguf(metadata), tokenizer_config_from_gguf(metadata)).tokenizer
+
+
+def _template_source(tokenizer: Any) -> str | None:
+    """The Jinja source of the chat template the tokenizer loaders attached (None: scratchlm's ChatML)."""
+    template = getattr(tokenizer, "chat_template", None)
+    return template.source if template is not None else None
 
 
 def _token_id(tokenizer: Any, text: str) -> int | None:
@@ -129,8 +132,8 @@ def _load_gguf_kind(path: Path, contents: GGUFContents, tokenizer: Any, **kw: An
     sampling = model_extras.sampling_from_gguf(meta)
     generation = {"bos_token_id": bos, "eos_token_id": stops, **sampling, **({"do_sample": True} if sampling else {})}
     tok_config = tokenizer_config_from_gguf(meta) if tokenizer is None else {}
-    return LoadedModel(model, tok, meta.get("tokenizer.chat_template") or None, stops, bos,
-                       sampling, "gguf", path, family, tok_config, generation, counts)
+    return LoadedModel(model, tok, _template_source(tok), stops, bos, sampling, "gguf", path, family, tok_config,
+                       generation, counts)
 
 
 def load_pretrained(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
@@ -152,10 +155,10 @@ def load_pretrained(path: str | Path, *, device: str | torch.device = "cpu", dty
         data = read_config_json(path)
         stops = model_extras.stop_ids_from_dir(path, lambda text: _token_id(tok, text))
         family = data.get("model_type", "scratchlm") if kind == "hf" else "scratchlm"
-        template = model_extras.chat_template_from_dir(path)
+        template = _template_source(tok)
         tok_config = {} if tokenizer is not None else model_extras.tokenizer_config(path)
         if template and tokenizer is None:
-            tok_config["chat_template"] = template  # also when it came from chat_template.jinja
+            tok_config.setdefault("chat_template", template)  # also when it came from chat_template.jinja
         loaded = LoadedModel(model, tok, template, stops, data.get("bos_token_id") if kind == "hf" else None,
                              model_extras.sampling_from_dir(path), kind, path, family, tok_config,
                              model_extras.generation_config(path))

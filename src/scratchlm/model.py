@@ -5,6 +5,7 @@ Block, by norm_placement (m = residual_multiplier, 1 except Granite):
     post      h = N1(x + Attn(x));            out = N2(h + FFN(h))             (original "Add & Norm")
     sandwich  h = x + m N3(Attn(N1(x)));      out = h + m N4(FFN(N2(h)))       (Gemma-2/3: four norms)
     output    h = x + m N3(Attn(x));          out = h + m N4(FFN(h))           (OLMo-2: norms on outputs)
+FFN: SwiGLU / GLU / MLP, or a mixture of experts (nn/moe.py) on the layers config.is_moe_layer says.
 Model: x_0 = embed(ids) * embedding_multiplier; logits = head(norm(x_L)) / logits_scaling, then
 final_softcap c * tanh(logits / c) when set.
 Parameter names follow HF Llama [firm]: model.embed_tokens, model.layers.{i}.self_attn.{q,k,v,o}_proj,
@@ -28,8 +29,9 @@ from scratchlm.nn.ffn import GLU, MLP, SwiGLU
 from scratchlm.nn.kv_cache import KVCache
 from scratchlm.nn.linear import Linear
 from scratchlm.nn.masks import layer_mask
+from scratchlm.nn.moe import MoE
 from scratchlm.nn.norm import LayerNorm, RMSNorm
-from scratchlm.nn.positional import LearnedPositions, SinusoidalPositions
+from scratchlm.nn.positional import LearnedPositions, SinusoidalPositions, check_positions_shape
 from scratchlm.nn.rope import RotaryEmbedding
 from scratchlm.nn.softcap import softcap
 
@@ -41,9 +43,14 @@ def make_norm(config: ModelConfig, dim: int) -> nn.Module:
     return LayerNorm(dim, config.norm_eps, bias=config.norm_bias, fused=config.fused_ops)
 
 
-def make_ffn(config: ModelConfig) -> nn.Module:
-    """The position-wise FFN of a block: SwiGLU, GLU with config.activation, or an MLP."""
+def make_ffn(config: ModelConfig, layer_idx: int = 0) -> nn.Module:
+    """The position-wise FFN of block `layer_idx`: a mixture of experts, SwiGLU, GLU with config.activation,
+    or an MLP."""
     c = config
+    if c.is_moe_layer(layer_idx):
+        act = "silu" if c.ffn == "swiglu" else c.activation
+        return MoE(c.d_model, c.moe_d_ff, c.moe_num_experts, c.moe_top_k, c.moe_router, c.moe_norm_topk_prob,
+                   c.moe_shared_d_ff, act, c.moe_impl, c.fused_ops)
     if c.ffn == "swiglu":
         return SwiGLU(c.d_model, c.d_ff, bias=c.mlp_bias, fused=c.fused_ops)
     if c.ffn == "glu":
@@ -54,7 +61,7 @@ def make_ffn(config: ModelConfig) -> nn.Module:
 class Block(nn.Module):
     """One Transformer layer: self-attention and FFN, each with a residual and its norms (module docstring)."""
 
-    def __init__(self, config: ModelConfig, rope: RotaryEmbedding | None) -> None:
+    def __init__(self, config: ModelConfig, rope: RotaryEmbedding | None, layer_idx: int = 0) -> None:
         super().__init__()
         c, placement = config, config.norm_placement
         self.placement = placement
@@ -69,7 +76,8 @@ class Block(nn.Module):
         outputs = placement in ("sandwich", "output")
         self.attn_output_norm = make_norm(c, c.d_model) if outputs else None
         self.post_attention_layernorm = make_norm(c, c.d_model) if placement != "output" else None
-        self.mlp = make_ffn(c)
+        self.mlp = make_ffn(c, layer_idx)
+        self.moe = isinstance(self.mlp, MoE)
         self.ffn_output_norm = make_norm(c, c.d_model) if outputs else None
 
     def _residual(self, x: torch.Tensor, out: torch.Tensor, norm: nn.Module | None) -> torch.Tensor:
@@ -86,16 +94,18 @@ class Block(nn.Module):
         is_causal: bool,
         kv_cache: KVCache | None = None,
         layer_idx: int = 0,
+        router_logits: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """x (B, T, D) -> (B, T, D)."""
+        """x (B, T, D) -> (B, T, D); an MoE FFN appends its router logits to `router_logits` (if given)."""
         attn_args = (positions, mask, is_causal, kv_cache, layer_idx)
+        ffn = (lambda h: self.mlp(h, router_logits)) if self.moe else self.mlp
         if self.placement == "post":
             h = self.input_layernorm(x + self.self_attn(x, *attn_args))
-            return self.post_attention_layernorm(h + self.mlp(h))
+            return self.post_attention_layernorm(h + ffn(h))
         pre_attn = x if self.input_layernorm is None else self.input_layernorm(x)
         h = self._residual(x, self.self_attn(pre_attn, *attn_args), self.attn_output_norm)
         pre_ffn = h if self.post_attention_layernorm is None else self.post_attention_layernorm(h)
-        return self._residual(h, self.mlp(pre_ffn), self.ffn_output_norm)
+        return self._residual(h, ffn(pre_ffn), self.ffn_output_norm)
 
 
 def layer_ropes(config: ModelConfig) -> tuple[RotaryEmbedding | None, RotaryEmbedding | None]:
@@ -103,11 +113,11 @@ def layer_ropes(config: ModelConfig) -> tuple[RotaryEmbedding | None, RotaryEmbe
     if config.pos_embedding != "rope":
         return None, None
     c = config
-    rope = RotaryEmbedding(c.head_dim, c.max_seq_len, c.rope_base, c.rope_style, fused=c.fused_ops,
+    rope = RotaryEmbedding(c.rope_dim, c.max_seq_len, c.rope_base, c.rope_style, fused=c.fused_ops,
                            scaling=c.rope_scaling)
     local = None
     if c.rope_local_base is not None:
-        local = RotaryEmbedding(c.head_dim, c.max_seq_len, c.rope_local_base, c.rope_style, fused=c.fused_ops)
+        local = RotaryEmbedding(c.rope_dim, c.max_seq_len, c.rope_local_base, c.rope_style, fused=c.fused_ops)
     return rope, local
 
 
@@ -130,7 +140,7 @@ class Decoder(nn.Module):
         elif config.pos_embedding == "sinusoidal":
             self.embed_positions = SinusoidalPositions(config.max_seq_len, config.d_model)
         self.rotary_emb, self.rotary_emb_local = layer_ropes(config)
-        self.layers = nn.ModuleList(Block(config, self.layer_rope(config, i)) for i in range(config.n_layers))
+        self.layers = nn.ModuleList(Block(config, self.layer_rope(config, i), i) for i in range(config.n_layers))
         # post-norm blocks already end in a norm; the others need a final one
         self.norm = make_norm(config, config.d_model) if config.norm_placement != "post" else None
 
@@ -161,7 +171,7 @@ class TransformerLM(nn.Module):
             if p.dim() == 1:
                 is_norm_weight = "norm" in name and name.endswith("weight")
                 p.fill_(1.0 if is_norm_weight and not self.config.norm_unit_offset else 0.0)
-            elif name.endswith(("o_proj.weight", "down_proj.weight")):
+            elif name.endswith(("o_proj.weight", "down_proj.weight", "experts.down_proj")):
                 p.normal_(0.0, std / math.sqrt(2 * self.config.n_layers))
             else:
                 p.normal_(0.0, std)
@@ -186,7 +196,8 @@ class TransformerLM(nn.Module):
         attention_mask: torch.Tensor | None = None,
         kv_cache: KVCache | None = None,
         logits_to_keep: int = 0,
-    ) -> torch.Tensor:
+        return_router_logits: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """input_ids (B, T) -> logits (B, T, V), fp32 master weights.
 
         token_positions: (T,) or (B, T) position of each token (default: slots start..start+T-1 where
@@ -195,6 +206,8 @@ class TransformerLM(nn.Module):
         appended and the cache advanced by T (it keeps every token: sliding-window layers mask the
         keys older than their window, see nn/masks.py). logits_to_keep: n > 0 returns only the last n positions'
         logits (B, n, V) (generation's prefill needs 1; skips the LM head on the rest); 0 = all.
+        return_router_logits: also return every MoE layer's router logits (B T, E), for the training loss's
+        load-balancing term: (logits, (router logits per MoE layer, ...)).
         """
         start = kv_cache.seq_len if kv_cache is not None else 0
         self._check_input(input_ids, start)
@@ -202,6 +215,7 @@ class TransformerLM(nn.Module):
         s = start + t
         if token_positions is None:
             token_positions = torch.arange(start, s, device=input_ids.device)
+        check_positions_shape(token_positions, b, t)  # also for absolute (learned/sinusoidal) positions
         if attention_mask is not None and tuple(attention_mask.shape) != (b, s):
             raise ValueError(f"attention_mask must have shape (B, S) = {(b, s)}, got {tuple(attention_mask.shape)}")
         windows = [self.config.layer_window(i) for i in range(self.config.n_layers)]
@@ -212,15 +226,17 @@ class TransformerLM(nn.Module):
             x = x * self.config.embedding_multiplier
         if self.model.embed_positions is not None:
             x = x + self.model.embed_positions(token_positions).to(x.dtype)
+        router_logits: list[torch.Tensor] | None = [] if return_router_logits else None
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, token_positions, *masks[windows[i]], kv_cache, i)
+            x = layer(x, token_positions, *masks[windows[i]], kv_cache, i, router_logits)
         if logits_to_keep > 0:
             x = x[:, -logits_to_keep:]  # (B, n, D): norm and head are per position
         if self.model.norm is not None:
             x = self.model.norm(x)
         if kv_cache is not None:
             kv_cache.advance(t)
-        return self.logits(x)  # (B, T, V)
+        logits = self.logits(x)  # (B, T, V)
+        return (logits, tuple(router_logits)) if router_logits is not None else logits
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Final hidden states (B, T, D) -> logits (B, T, V): the head, / logits_scaling, then final_softcap."""

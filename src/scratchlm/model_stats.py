@@ -4,6 +4,8 @@ Forward FLOPs per token (PaLM appendix B convention; a multiply-add counts 2):
     F_fwd = 2 * N_matmul + 4 * L * H * Hd * T
 where N_matmul counts the weights of every matmul (attention/FFN projections and the LM head; the
 embedding lookup is not a matmul), and the second term is QK^T and AV over a context of T tokens.
+Mixture of experts: a token runs k of E experts, so the stacked expert weights count k / E (active
+parameters). Sliding-window layers attend over min(T, W) keys.
 Training (forward + backward) is 3 * F_fwd per token.
 """
 
@@ -38,6 +40,10 @@ def model_stats(model: nn.Module, config: ModelConfig, seq_len: int | None = Non
     n_matmul = sum(
         p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "embed_" not in n
     ) + config.vocab_size * config.d_model * int(config.tie_embeddings)
-    attn = 4 * config.n_layers * config.n_heads * config.head_dim * t
+    experts = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 3 and ".experts." in n)
+    if experts:
+        n_matmul += experts * config.moe_top_k // config.moe_num_experts
+    contexts = [min(t, w) if (w := config.layer_window(i)) is not None else t for i in range(config.n_layers)]
+    attn = 4 * config.n_heads * config.head_dim * sum(contexts)
     fwd = 2 * n_matmul + attn
     return ModelStats(n_params, n_embedding, n_matmul, fwd, 3 * fwd)

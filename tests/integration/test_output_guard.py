@@ -40,7 +40,7 @@ def test_check_output_path_refuses_what_it_did_not_create(tmp_path):
 @pytest.mark.parametrize("exchange", [True, False])
 def test_atomic_output_dir_swaps_in_whole_or_not_at_all(tmp_path, monkeypatch, exchange):
     if not exchange:  # the two-rename fallback (non-Linux)
-        monkeypatch.setattr(io_utils, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(io_utils, "exchange_paths", lambda a, b: False)
     out = tmp_path / "out"
     out.mkdir()
     (out / "old.txt").write_text("old")
@@ -69,12 +69,13 @@ def test_atomic_output_file_and_run_dir(tmp_path):
             f.write(b"2")
     assert (tmp_path / "a.bin").read_bytes() == b"1"
     run = tmp_path / "run"
-    assert claim_run_dir(run) is None and run.is_dir()
+    assert claim_run_dir(run) is None and not run.exists()  # created by the run's first write
+    run.mkdir()
     (run / "metrics.jsonl").write_text("{}\n")
     with pytest.raises(FileExistsError):
         claim_run_dir(run)
     replaced = claim_run_dir(run, overwrite=True)
-    assert (replaced / "metrics.jsonl").exists() and not any(run.iterdir())
+    assert (replaced / "metrics.jsonl").exists() and not run.exists()
     release_replaced(replaced)
     assert not replaced.exists()
 
@@ -143,3 +144,30 @@ def test_python_dash_m_is_the_console_script():
     assert bad.returncode == 2
     assert bad.stderr == "scratchlm train: error: TrainConfig.lr must be a number, got 'fast'\n"
     assert cli_main.build_parser().prog == "scratchlm"
+
+
+def test_overwrite_replaces_outputs_through_the_cli(tmp_path, monkeypatch, capsys):
+    """--overwrite: a directory output is swapped whole (old files gone, new ones complete), a run directory's
+    old contents are deleted once the new run succeeded."""
+    import numpy as np
+
+    from scratchlm.data.token_file import write_token_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "text.txt").write_text("hello world, hello there. " * 50)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "old.txt").write_text("old")
+    args = ["tokenizer", "train", "--input", "text.txt", "--vocab-size", "270", "--out", "out", "--workers", "1"]
+    assert main(args) == 2 and (tmp_path / "out" / "old.txt").exists()
+    assert main(args + ["--overwrite"]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "scratchlm_merges.txt", "scratchlm_tokenizer.json", "scratchlm_vocab.txt"]
+    write_token_file(tmp_path / "t.bin", [np.tile(np.arange(50), 40)], 64)
+    run = ["train", "--preset", "smoke", "--train_data=t.bin", "--out_dir=run", "--max_steps=2", "--warmup_steps=0",
+           "--progress=false", "--peak_gflops=1", "--model.max_seq_len=16", "--seq_len=16", "--eval_batches=1"]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "notes.txt").write_text("mine")
+    assert main(run) == 2 and "out_dir run already holds 1 entry (notes.txt)" in capsys.readouterr().err
+    assert main(run + ["--overwrite"]) == 0
+    assert not (tmp_path / "run" / "notes.txt").exists() and (tmp_path / "run" / "checkpoint").is_dir()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing left aside

@@ -1,4 +1,4 @@
-"""The evidence every HF family / option must pass (shared by test_hf_families.py and test_hf_moe.py).
+"""The evidence every HF family / option must pass (used by test_hf_families.py and test_hf_parity.py).
 
 For a tiny random-weight HF model saved to a directory and loaded by scratchlm:
   logits        fp32 max |diff| <= 1e-4 vs transformers, without and with a left-padding mask, on the

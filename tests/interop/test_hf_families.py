@@ -1,4 +1,5 @@
-"""Every supported HF family and option, exact against transformers (see family_evidence.py for the checks).
+"""Every supported HF family and option, exact against transformers (see family_evidence.py for the checks);
+mixture-of-experts models are checked with the dense reference and with the grouped fast path.
 
 Tiny random-weight models (2 layers, hidden 64) built locally; prompts (up to 24 tokens) + 20 new tokens
 are longer than every sliding window and every scaled-RoPE original context in the table.
@@ -7,17 +8,20 @@ are longer than every sliding window and every scaled-RoPE original context in t
 from __future__ import annotations
 
 import pytest
-from family_evidence import Case, build, check_greedy, check_logits, check_save
+from family_evidence import FAST, Case, build, check_greedy, check_logits, check_save
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, GemmaConfig,
                           GemmaForCausalLM, GraniteConfig, GraniteForCausalLM, LlamaConfig, LlamaForCausalLM,
-                          MistralConfig, MistralForCausalLM, Olmo2Config, Olmo2ForCausalLM, Phi3Config,
-                          Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
-                          SmolLM3Config, SmolLM3ForCausalLM)
+                          MistralConfig, MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Olmo2Config,
+                          Olmo2ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
 
 V = 96
 BASE = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=64, bos_token_id=None, eos_token_id=None,
             pad_token_id=None)
+MOE = dict(BASE, intermediate_size=48, num_experts_per_tok=2)
+GROUPED = {**FAST, "moe_impl": "grouped"}  # the MoE fast path is checked on the fast side
 L0 = 16  # original context of the scaled-RoPE cases: prompts and generations go well past it
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": L0, "rope_theta": 500.0}
@@ -69,6 +73,14 @@ CASES = {
                                       rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
                                                        "short_factor": [1.0 + 0.1 * i for i in range(8)],
                                                        "long_factor": [1.2 + 0.5 * i for i in range(8)]})),
+    # Phi-4-mini: partial rotary (3/4 of each head) + longrope; the fast side also re-pairs RoPE "interleaved"
+    # (q/k rows permuted on load, the pass-through dims left in place)
+    "phi4_mini_partial_rotary": Case(Phi3ForCausalLM, Phi3Config,
+                                     dict(BASE, partial_rotary_factor=0.75, original_max_position_embeddings=20,
+                                          rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
+                                                           "short_factor": [1.0 + 0.1 * i for i in range(6)],
+                                                           "long_factor": [1.2 + 0.5 * i for i in range(6)]}),
+                                     fast_overrides={**FAST, "rope_style": "interleaved"}),
     "phi3_plain": Case(Phi3ForCausalLM, Phi3Config, dict(BASE, sliding_window=None, tie_word_embeddings=True)),
     # OLMo-2: norms on the sublayer outputs, QK-norm over the whole projection
     "olmo2": Case(Olmo2ForCausalLM, Olmo2Config, dict(BASE, attention_bias=True)),
@@ -80,6 +92,17 @@ CASES = {
     "smollm3": Case(SmolLM3ForCausalLM, SmolLM3Config,
                     dict(BASE, no_rope_layer_interval=2, use_sliding_window=True, sliding_window=7,
                          attention_bias=True, mlp_bias=True)),
+    # Mixtral: softmax -> top-2 -> renormalise, 4 experts, sliding window on every layer
+    "mixtral_window": Case(MixtralForCausalLM, MixtralConfig, dict(MOE, num_local_experts=4, sliding_window=9),
+                           fast_overrides=GROUPED),
+    # Qwen3-MoE: QK-norm, norm_topk_prob, a dense layer (mlp_only_layers), 6 experts of width 32
+    "qwen3_moe": Case(Qwen3MoeForCausalLM, Qwen3MoeConfig,
+                      dict(MOE, num_experts=6, moe_intermediate_size=32, norm_topk_prob=True, mlp_only_layers=[1]),
+                      fast_overrides=GROUPED),
+    # Qwen2-MoE: a sigmoid-gated shared expert, q/k/v bias, top-k weights not renormalised
+    "qwen2_moe": Case(Qwen2MoeForCausalLM, Qwen2MoeConfig,
+                      dict(MOE, num_experts=5, moe_intermediate_size=32, shared_expert_intermediate_size=40,
+                           norm_topk_prob=False), fast_overrides=GROUPED),
 }
 
 
@@ -105,3 +128,35 @@ def test_greedy_batched_ragged_matches_hf_generate(case_dir):
 def test_save_pretrained_round_trip(case_dir, tmp_path):
     _, hf, directory = case_dir
     check_save(hf, directory, tmp_path / "out")
+
+
+def test_gemma3_vision_language_checkpoint_loads_its_text_model(tmp_path):
+    """Gemma-3 4B+ ship as Gemma3ForConditionalGeneration: the text model loads (vision tower dropped, with a
+    warning), matches HF on text-only input (logits, greedy) and saves as a Gemma3ForCausalLM."""
+    import torch
+    from interop_helpers import randomize_
+    from transformers import AutoModelForCausalLM, Gemma3Config, Gemma3ForConditionalGeneration, SiglipVisionConfig
+
+    import scratchlm
+    from scratchlm.generate.engine import generate
+
+    text = Gemma3TextConfig(**dict(BASE, vocab_size=120, head_dim=16, sliding_window=5, sliding_window_pattern=2))
+    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=1, num_attention_heads=2,
+                                image_size=28, patch_size=14)
+    config = Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
+                          image_token_index=119, boi_token_index=117, eoi_token_index=118)
+    hf = randomize_(Gemma3ForConditionalGeneration(config), seed=3).eval()
+    hf.save_pretrained(tmp_path / "vlm")
+    with pytest.warns(UserWarning, match="vision tower and projector"):
+        ours = scratchlm.from_pretrained(tmp_path / "vlm")
+    ids = torch.randint(0, 110, (2, 20), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        expected = hf(input_ids=ids).logits
+        assert (ours(ids) - expected).abs().max().item() <= 1e-4
+        out = hf.generate(ids[:1, :12], max_new_tokens=20, min_new_tokens=20, do_sample=False)
+    assert generate(ours, ids[:1, :12].tolist(), 20, decode="fast") == out[:, 12:].tolist()
+    scratchlm.save_pretrained(ours, tmp_path / "text")
+    text_only = AutoModelForCausalLM.from_pretrained(tmp_path / "text").eval()
+    assert type(text_only).__name__ == "Gemma3ForCausalLM"
+    with torch.no_grad():
+        assert (text_only(ids).logits - expected).abs().max().item() <= 1e-5

@@ -1,6 +1,7 @@
 """Operations: the bounded queue (429 + Retry-After), Prometheus /metrics, the access log, tokenizing off the
-event loop after a size check, CORS only when asked for, the API key from the environment, and the
-warnings printed before serving. Servers run in-process (inprocess.py) on models the test controls."""
+event loop after a size check, CORS only when asked for, the API key from the environment, the warnings
+printed before serving, and clients that go away (their rows freed). Servers run in-process
+(inprocess.py) on models the test controls."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import openai
+import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from scratchlm.cli.serve import resolve_api_key
+from scratchlm.generate import generate
 from scratchlm.serve.launch import default_allowed_hosts, security_warnings
 from scratchlm.serve.server import create_app
 from scratchlm.tokenizer import Tokenizer
@@ -40,9 +44,10 @@ def test_full_queue_is_429_with_retry_after_then_metrics_and_access_log(caplog):
             wait_until(model.entered.is_set)  # request 1 is in its prefill: it holds the only batch row
             queued = [pool.submit(post) for _ in range(2)]
             wait_until(lambda: get_json(url + "/health")["waiting"] == 2)
-            busy = httpx.post(url + "/v1/completions", json=BODY, timeout=60)
-            assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
-            assert busy.json()["error"]["code"] == "queue_full"
+            busy_client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+            with pytest.raises(openai.RateLimitError) as busy:  # the official client's type for a 429
+                busy_client.completions.create(**BODY)
+            assert busy.value.response.headers["retry-after"] == "1" and busy.value.code == "queue_full"
             model.armed = False
             model.gate.set()
             done = [f.result() for f in [first, *queued]]
@@ -126,3 +131,30 @@ def test_api_key_from_environment_and_warnings():
     assert security_warnings("0.0.0.0", "k") == [] and security_warnings("127.0.0.1", None) == []
     assert default_allowed_hosts("127.0.0.1", None) == ["localhost", "127.0.0.1", "[::1]"]
     assert default_allowed_hosts("0.0.0.0", None) is None and default_allowed_hosts("0.0.0.0", ["a"]) == ["a"]
+
+
+def slow_server_setup():
+    """A model slowed to 20 ms per forward, and a greedy prompt whose first 40 tokens hold no stop token (so a
+    request for 100 of them certainly outlives the client)."""
+    model, tok = byte_model(max_seq_len=160, delay=0.02)
+    stops = set(tok.special_token_ids.values())
+    prompt = next(p for p in ("abc", "hello", "xyz", "0123") if not stops & set(
+        generate(model, [tok.encode(p)], 40)[0]))
+    return model, tok, {"model": "m", "prompt": prompt, "max_tokens": 100, "temperature": 0, "n": 4}
+
+
+def test_client_gone_mid_stream_or_before_the_answer_cancels_and_frees_rows():
+    model, tok, body = slow_server_setup()
+    with serve_in_thread(create_app(model, tok, "m", max_batch=8)) as (url, _):
+        with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=30) as r:
+            assert r.status_code == 200
+            assert next(r.iter_lines()).startswith("data: {")  # one token arrived; then the client goes away
+        wait_until(lambda: get_json(url + "/health")["cancelled"] == 4 and get_json(url + "/health")["active"] == 0)
+        try:
+            httpx.post(url + "/v1/completions", json=body, timeout=httpx.Timeout(30, read=0.3))
+            raise AssertionError("the answer came before the client gave up")
+        except httpx.ReadTimeout:  # the client gives up and closes the connection
+            pass
+        wait_until(lambda: get_json(url + "/health")["cancelled"] == 8 and get_json(url + "/health")["active"] == 0)
+        health = get_json(url + "/health")
+    assert health["completed"] == 0 and health["waiting"] == 0

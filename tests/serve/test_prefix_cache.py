@@ -104,3 +104,7 @@ def test_server_reports_cached_tokens(server, reference):
                                   **kw)
     assert b.usage.prompt_tokens_details.cached_tokens >= len(tok.encode(system)) - 16 > 0
     assert a.usage.prompt_tokens_details.cached_tokens <= b.usage.prompt_tokens_details.cached_tokens
+    chunks = list(c.chat.completions.create(messages=[{"role": "system", "content": system},
+                                                      {"role": "user", "content": "Where?"}], stream=True,
+                                            stream_options={"include_usage": True}, **kw))
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens >= len(tok.encode(system)) - 16

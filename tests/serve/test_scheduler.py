@@ -141,3 +141,24 @@ def test_context_edge_prompts_join_a_running_batch():
 def test_unknown_decode_mode_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown decode mode 'compiled' for serving"):
         setup(decode="compiled")
+
+
+def test_window_is_compacted_after_a_long_row_leaves():
+    """A long prompt pushes the shared cursor far right; once it leaves, the short rows move back left
+    (every step attends over all slots before the cursor) and still produce the engine's tokens."""
+    torch.manual_seed(0)
+    model = TransformerLM(get_preset("llama-tiny", vocab_size=259, d_model=64, n_layers=2, max_seq_len=200,
+                                     init_std=0.5)).eval()
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], DEFAULT_SPECIAL_TOKENS)
+    sched = Scheduler(model, max_batch=4)
+    g = torch.Generator().manual_seed(9)
+    long = make_seq(tok, torch.randint(0, 256, (120,), generator=g).tolist(), 2)
+    short = [make_seq(tok, torch.randint(0, 256, (4,), generator=g).tolist(), 60) for _ in range(2)]
+    sched.submit([long, *short])
+    widths = []
+    while sched.rows or sched.waiting:
+        sched.step()
+        widths.append(sched.slots.cursor)
+    assert max(widths) >= 120 and widths[-1] < 100 and sched.slots.shifts["left"] >= 1
+    for s in [long, *short]:
+        assert s.tokens == generate(model, [s.prompt], s.max_tokens)[0]

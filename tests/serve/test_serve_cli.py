@@ -40,3 +40,15 @@ def test_default_model_name(tmp_path):
     assert default_model_name(tmp_path / "mylm") == "mylm"
     assert default_model_name(tmp_path / "run7" / "checkpoint") == "run7"
     assert default_model_name(Path("/tmp/x/../mymodel")) == "mymodel"
+
+
+def test_bad_operation_flags(tiny_checkpoint, capsys):
+    base = ["serve", "--checkpoint", str(tiny_checkpoint)]
+    for flags, named in ((["--max-queue", "-1"], "--max-queue -1"), (["--shutdown-timeout", "-5"], "--shutdown-timeout -5"),
+                         (["--prefix-cache-mb", "-1"], "--prefix-cache-mb -1"), (["--allowed-hosts", ","], "--allowed-hosts")):
+        try:
+            code = main(base + flags)
+        except SystemExit as exc:  # argparse's own type errors
+            code = exc.code
+        err = capsys.readouterr().err
+        assert code == 2 and named in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -103,7 +103,7 @@ def test_prompt_renders_tools_calls_and_results(tool_server):
             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "18 C"}]
     hf = ASK + [  # transformers' convention, by hand: arguments as a dict, the result named after its call
-        {"role": "assistant", "content": "", "tool_calls": [
+        {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
         {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "18 C"}]
     if template is not None:

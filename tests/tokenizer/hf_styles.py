@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+from collections import Counter
 from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -51,25 +53,24 @@ def _byte_level_split(pattern: str) -> pre_tokenizers.PreTokenizer:
                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 
-def _with_unreachable_tokens(tok: Tokenizer, words: list[str]) -> Tokenizer:
-    """Add whole words as tokens whose only merge comes last: plain BPE rarely reaches them, Llama-3's
-    ignore_merges returns them whole (what real Llama-3 vocabularies need)."""
+def _with_unreachable_tokens(tok: Tokenizer, words: list[str], count: int = 12) -> Tokenizer:
+    """Add `count` of the words as tokens that BPE never reaches (their one merge joins a split that the
+    merges of the word never produce), as real Llama-3 vocabularies hold; ignore_merges returns them whole."""
     d = json.loads(tok.to_str())
     vocab, merges = d["model"]["vocab"], d["model"]["merges"]
     next_id = max(vocab.values()) + 1
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
     for w in words:
-        w = "".join(c if c in alphabet else "" for c in w)
-        if w in vocab or len(w) < 3:
+        if w in vocab or next_id - max(d["model"]["vocab"].values()) > count:
             continue
-        for k in range(len(w) - 1, 0, -1):
-            if w[:k] in vocab and w[k:] in vocab:
-                merges.append([w[:k], w[k:]])
-                break
-        else:
-            continue
-        vocab[w] = next_id
-        next_id += 1
+        cuts, pos = set(), 0
+        for t in tok.model.tokenize(w):  # HF's own segmentation of the word
+            pos += len(t.value)
+            cuts.add(pos)
+        k = next((k for k in range(1, len(w)) if k not in cuts and w[:k] in vocab and w[k:] in vocab), None)
+        if k is not None:
+            merges.append([w[:k], w[k:]])
+            vocab[w] = next_id
+            next_id += 1
     return Tokenizer.from_str(json.dumps(d))
 
 
@@ -80,14 +81,25 @@ def llama3(shared: Path, tmp: Path) -> Tokenizer:
     tok.decoder = decoders.ByteLevel()
     _train(tok, corpus_files(shared, tmp), 1500, LLAMA3_SPECIALS,
            initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok = _with_unreachable_tokens(tok, ["Ġthemselves", "Ġwhispered", "Ġbeautiful", "Ġtogether", "Ġsomething",
-                                         "ĠCitizen", "Ġthousand", "Ġbrother", "Ġ123", "Ġworld"])
+    words = re.findall(r"[a-z]{6,}", (shared / "corpus.en").read_text(encoding="utf-8"))
+    tok = _with_unreachable_tokens(tok, ["Ġ" + w for w, _ in Counter(words).most_common(300)])
     tok.post_processor = processors.Sequence([
         processors.ByteLevel(trim_offsets=False),
         processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|>:1 $B:1",
                                       special_tokens=[("<|begin_of_text|>", tok.token_to_id("<|begin_of_text|>"))]),
     ])
     return tok
+
+
+def llama3_tiktoken(shared: Path, tmp: Path) -> Tokenizer:
+    """The Llama-3 style vocabulary with merges made the way HF converts tiktoken ranks (Llama-3's own
+    tokenizer.json): every split of a token into two tokens is a merge, ranked by the token's id."""
+    from transformers.tokenization_utils_base import generate_merges
+
+    d = json.loads(build("llama3", shared, tmp).to_str())
+    added = {a["content"] for a in d["added_tokens"]}
+    d["model"]["merges"] = [list(m) for m in generate_merges(d["model"]["vocab"], skip_tokens=added)]
+    return Tokenizer.from_str(json.dumps(d))
 
 
 def qwen2(shared: Path, tmp: Path) -> Tokenizer:
@@ -223,10 +235,18 @@ def with_flag_tokens(tok: Tokenizer) -> Tokenizer:
     return tok
 
 
-STYLES = {"gpt2": lambda s, t: gpt2(s), "llama3": llama3, "qwen2": qwen2, "llama2": llama2, "mistral": mistral,
+STYLES = {"gpt2": lambda s, t: gpt2(s), "llama3": llama3, "llama3_tiktoken": llama3_tiktoken, "qwen2": qwen2, "llama2": llama2, "mistral": mistral,
           "gemma": gemma, "metaspace": metaspace_split, "kitchen_sink": kitchen_sink,
-          "qwen2_flags": lambda s, t: with_flag_tokens(qwen2(s, t)),
-          "kitchen_flags": lambda s, t: with_flag_tokens(kitchen_sink(s, t))}
+          "qwen2_flags": lambda s, t: with_flag_tokens(build("qwen2", s, t)),
+          "kitchen_flags": lambda s, t: with_flag_tokens(build("kitchen_sink", s, t))}
+_BUILT: dict[str, str] = {}
+
+
+def build(name: str, shared: Path, tmp: Path) -> Tokenizer:
+    """A fresh copy of style `name`, trained once per process (tests in several modules share it)."""
+    if name not in _BUILT:
+        _BUILT[name] = STYLES[name](shared, tmp).to_str()
+    return Tokenizer.from_str(_BUILT[name])
 
 
 BASE_LINES = [

@@ -57,7 +57,7 @@ def tokenizers(shared_data, tmp_path_factory):
 
     def get(style):
         if style not in cache:
-            hf = hf_styles.STYLES[style](shared_data, tmp)
+            hf = hf_styles.build(style, shared_data, tmp)
             cache[style] = hf, Tokenizer.from_hf_dict(json.loads(hf.to_str()))
         return cache[style]
 

@@ -27,7 +27,7 @@ CHAT = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "cont
 def model_dir(shared_data, tmp_path_factory):
     """A tiny random Llama with a Llama-3-style tokenizer and the Llama-3.1 chat template, saved by transformers."""
     root = tmp_path_factory.mktemp("llama3chat")
-    fast = PreTrainedTokenizerFast(tokenizer_object=hf_styles.llama3(shared_data, root), bos_token="<|begin_of_text|>",
+    fast = PreTrainedTokenizerFast(tokenizer_object=hf_styles.build("llama3", shared_data, root), bos_token="<|begin_of_text|>",
                                    eos_token="<|eot_id|>", chat_template=TEMPLATE.read_text())
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(fast), hidden_size=64, intermediate_size=128, num_hidden_layers=2,

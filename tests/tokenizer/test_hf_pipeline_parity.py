@@ -24,7 +24,7 @@ def build(shared_data, tmp_path_factory):
 
     def get(name: str) -> tuple[HFTokenizer, Tokenizer]:
         if name not in cache:
-            hf = hf_styles.STYLES[name](shared_data, tmp)
+            hf = hf_styles.build(name, shared_data, tmp)
             cache[name] = hf, Tokenizer.from_hf_dict(json.loads(hf.to_str()))
         return cache[name]
 
@@ -41,10 +41,11 @@ def lines(shared_data) -> list[str]:
 @pytest.mark.parametrize("name", STYLES)
 def test_ids_and_decode_match_hf(build, lines, name):
     hf, ours = build(name)
-    for line in lines:
+    for k, line in enumerate(lines):
         want = hf.encode(line, add_special_tokens=False).ids
         assert ours.encode(line) == want, (name, line)
-        assert ours.encode(line, add_special_tokens=True) == hf.encode(line).ids, (name, line)
+        if k % 3 == 0:  # the post-processor only adds tokens around the text: a third of the lines suffice
+            assert ours.encode(line, add_special_tokens=True) == hf.encode(line).ids, (name, line)
         assert ours.decode(want) == hf.decode(want, skip_special_tokens=False), (name, line)
         assert ours.decode(want, skip_special_tokens=True) == hf.decode(want, skip_special_tokens=True), (name, line)
 
@@ -86,3 +87,41 @@ def test_unpaired_surrogates_are_refused_as_hf_refuses_them(build):
             hf.encode(text)
         with pytest.raises(ValueError, match="unpaired surrogate .* at index"):
             ours.encode(text)
+
+
+def _variants():
+    from tokenizers import Regex, decoders, normalizers, pre_tokenizers, processors
+
+    return {
+        "whitespace_nfd": lambda t: (setattr(t, "pre_tokenizer", pre_tokenizers.Whitespace()),
+                                     setattr(t, "normalizer", normalizers.NFD())),
+        "metaspace_never": lambda t: (setattr(t, "pre_tokenizer", pre_tokenizers.Metaspace(prepend_scheme="never")),
+                                      setattr(t, "decoder", decoders.Metaspace(prepend_scheme="never"))),
+        "byte_level_prefix": lambda t: (setattr(t, "pre_tokenizer", pre_tokenizers.ByteLevel(add_prefix_space=True)),
+                                        setattr(t, "post_processor", processors.ByteLevel(trim_offsets=True))),
+        "roberta": lambda t: setattr(t, "post_processor", processors.RobertaProcessing(("</s>", 2), ("<s>", 1))),
+        "punctuation_behaviors": lambda t: setattr(t, "pre_tokenizer", pre_tokenizers.Sequence([
+            pre_tokenizers.Punctuation("merged_with_previous"), pre_tokenizers.Punctuation("contiguous"),
+            pre_tokenizers.Split(" ", "removed"), pre_tokenizers.Punctuation("removed")])),
+        "regex_replace_lowercase": lambda t: setattr(t, "normalizer", normalizers.Sequence([
+            normalizers.Lowercase(), normalizers.Replace(Regex(r"[0-9]+"), "#"), normalizers.Strip(left=True, right=False),
+            normalizers.NFKC()])),
+    }
+
+
+@pytest.mark.parametrize("variant", ["whitespace_nfd", "metaspace_never", "byte_level_prefix", "roberta",
+                                     "punctuation_behaviors", "regex_replace_lowercase"])
+def test_component_variants_match_hf(build, lines, variant):
+    """Stages and options the model styles above do not use, swapped into a trained tokenizer."""
+    base_name = "gpt2" if variant == "byte_level_prefix" else "metaspace"
+    hf = HFTokenizer.from_str(build(base_name)[0].to_str())
+    _variants()[variant](hf)
+    ours = Tokenizer.from_hf_dict(json.loads(hf.to_str()))
+    assert ours.to_hf_dict() == json.loads(hf.to_str())
+    for line in lines[::5]:
+        want = hf.encode(line)
+        got = ours.encode_with_offsets(line, add_special_tokens=True)
+        assert (got.ids, got.offsets) == (want.ids, want.offsets), line
+        assert ours.decode(want.ids) == hf.decode(want.ids, skip_special_tokens=False), line
+    pair = hf.encode("Hello, world!", "Second one.")
+    assert ours.encode_with_offsets("Hello, world!", "Second one.", add_special_tokens=True).ids == pair.ids

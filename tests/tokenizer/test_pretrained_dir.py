@@ -23,7 +23,7 @@ MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "conten
 def qwen_dir(shared_data, tmp_path_factory):
     """A Qwen2-style tokenizer saved by transformers with bos/eos/pad, an extra named token and ChatML."""
     tmp = tmp_path_factory.mktemp("qwen")
-    hf = hf_styles.qwen2(shared_data, tmp)
+    hf = hf_styles.build("qwen2", shared_data, tmp)
     fast = PreTrainedTokenizerFast(tokenizer_object=hf, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    bos_token="<|im_start|>", unk_token="<unk-not-in-vocab>", chat_template=CHATML)
     fast.save_pretrained(tmp / "model")
@@ -34,7 +34,7 @@ def qwen_dir(shared_data, tmp_path_factory):
 def llama_dir(shared_data, tmp_path_factory):
     """A Llama-2-style tokenizer (BOS/EOS template) saved with a chat_template.jinja file."""
     tmp = tmp_path_factory.mktemp("llama")
-    fast = PreTrainedTokenizerFast(tokenizer_object=hf_styles.llama2(shared_data, tmp), bos_token="<s>",
+    fast = PreTrainedTokenizerFast(tokenizer_object=hf_styles.build("llama2", shared_data, tmp), bos_token="<s>",
                                    eos_token="</s>", unk_token="<unk>")
     fast.chat_template = "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}{{ eos_token }}{% endfor %}"
     fast.save_pretrained(tmp / "model")
@@ -76,7 +76,7 @@ def test_named_special_token_missing_from_tokenizer_json_is_added(qwen_dir):
 
 def test_from_json_dict_with_partial_byte_vocab_and_stop_ids(shared_data, tmp_path):
     """(b): a GGUF-style dict whose byte-level vocab lacks single-byte tokens (as SmolLM2's lacks 21)."""
-    hf = hf_styles.qwen2(shared_data, tmp_path)
+    hf = hf_styles.build("qwen2", shared_data, tmp_path)
     d = json.loads(hf.to_str())
     dropped = ["Ą", "Ć", "ñ", "÷"]  # bytes 0x04, 0x06, 0xF1, 0xF7
     for s in dropped:
@@ -91,12 +91,17 @@ def test_from_json_dict_with_partial_byte_vocab_and_stop_ids(shared_data, tmp_pa
     assert isinstance(bundle.tokenizer, Tokenizer) and bundle.chat_template is not None
 
 
-def test_scratchlm_dir_loads_without_chat_template(shakespeare_tok, tmp_path):
+def test_scratchlm_dir_loads_with_chatml_or_its_template(shakespeare_tok, tmp_path):
     shakespeare_tok.save(tmp_path)
     bundle = load_pretrained_tokenizer(tmp_path)
     assert bundle.chat_template is None and bundle.tokenizer.vocab == shakespeare_tok.vocab
     ids, mask = bundle.encode_chat(MESSAGES)
     assert ids[0] == shakespeare_tok.special_token_ids["<|im_start|>"] and sum(mask) > 0
+    template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ eos_token }}{% endfor %}"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "chat_template": template}))
+    bundle = load_pretrained_tokenizer(tmp_path)
+    assert bundle.tokenizer.chat_template.render(MESSAGES[:1]) == "[system] Be brief.<|endoftext|>"
+    assert bundle.special_tokens.eos_token_id == shakespeare_tok.special_token_ids["<|endoftext|>"]
 
 
 def test_missing_directory_and_tokenizer(tmp_path):

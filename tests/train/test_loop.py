@@ -55,7 +55,7 @@ def test_divergence_stops_and_keeps_last_good_checkpoint(tmp_path, tokens, monke
     def poisoned(*args, **kwargs):
         calls["n"] += 1
         out = real(*args, **kwargs)
-        return out * float("nan") if calls["n"] == 7 else out  # forward of step 7 (no eval before it)
+        return out * float("nan") if calls["n"] == 8 else out  # forward of step 7 (+ the probe before step 4's save)
 
     monkeypatch.setattr(loop, "cross_entropy", poisoned)
     with pytest.raises(TrainingDiverged, match="diverged at step 7.*last good checkpoint"):

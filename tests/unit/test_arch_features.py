@@ -26,6 +26,11 @@ FEATURES = {
     "granite": dict(embedding_multiplier=3.0, residual_multiplier=0.4, attn_scale=0.05, logits_scaling=2.5,
                     rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8}),
+    # mixture of experts: top-2 of 4 SwiGLU experts + a shared expert, a dense middle layer, grouped path
+    "moe": dict(moe_num_experts=4, moe_top_k=2, moe_d_ff=40, moe_shared_d_ff=24, moe_dense_layers=(1,),
+                moe_norm_topk_prob=False, moe_impl="grouped", sliding_window=6),
+    # partial rotary (8 of 12 head dims, Phi-4-mini style) with interleaved pairs and NoPE on the middle layer
+    "partial_rotary": dict(rotary_dim=8, rope_style="interleaved", nope_layers=(1,)),
     # exact GELU gate, biases, longrope past its original context
     "glu_longrope": dict(ffn="glu", activation="gelu", qkv_bias=True, mlp_bias=True,
                          rope_scaling={"rope_type": "longrope", "original_max_position_embeddings": 10,

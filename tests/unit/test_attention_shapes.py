@@ -66,3 +66,16 @@ def test_attention_module_rejects_bad_input_by_name(shape, positions, pattern):
     pos = None if positions is None else torch.zeros(positions, dtype=torch.long)
     with pytest.raises(ValueError, match=pattern):
         attn(torch.randn(shape), positions=pos)
+
+
+@pytest.mark.parametrize("preset", ["gpt2-tiny", "llama-tiny"])
+def test_model_rejects_wrong_shape_positions_for_every_position_kind(preset):
+    from scratchlm.config import get_preset
+    from scratchlm.model import TransformerLM
+
+    model = TransformerLM(get_preset(preset, n_layers=1))
+    x = torch.randint(0, 100, (2, 5))
+    for shape in ((4,), (5, 2), (2, 5, 1)):
+        with pytest.raises(ValueError, match=rf"positions must have shape \(T,\) = \(5,\) or \(B, T\) = \(2, 5\)"):
+            model(x, token_positions=torch.zeros(shape, dtype=torch.long))
+    torch.testing.assert_close(model(x, token_positions=torch.arange(5).expand(2, 5)), model(x))

@@ -5,9 +5,12 @@ Each turn renders the whole conversation with the model's own chat template when
 tokenizer_config.json / chat_template.jinja, GGUF metadata), else scratchlm's ChatML, plus the
 generation prompt (`chat_prompt_ids`), and streams the reply until a stop token (the model's eos /
 end-of-turn ids; <|im_end|> / <|endoftext|> for ChatML), a --stop string, or --max-new-tokens.
-Context policy: when conversation + max_new_tokens exceed the model's max_seq_len, the oldest
-user/assistant turns are dropped (the system message is kept) and a note goes to stderr; if the
-last message alone does not fit, the turn is refused with the engine's context-overflow error.
+Context policy: the reply budget is --max-new-tokens, by default min(256, half the model's context)
+(said on stderr when capped); an explicit budget that leaves no room for a message is refused at
+start. When conversation + budget exceed the model's max_seq_len, the oldest user/assistant turns
+are dropped (the system message is kept) and a note goes to stderr; a default budget then shrinks
+to the room left (said on stderr). If the last message still does not fit, the turn fails with a
+one-line error: piped input stops there (exit 2), an interactive session goes on and exits 2 at the end.
 Commands: /reset clears the history, /exit (or Ctrl-D / end of input) quits.
 """
 
@@ -37,19 +40,41 @@ def fit_history(tokenizer: Any, messages: list[dict], room: int) -> tuple[list[i
         dropped += 1
 
 
-def chat_turn(loaded, messages: list[dict], args: argparse.Namespace, kw: dict[str, Any]) -> str:
-    """Stream one assistant reply to the conversation and return its text."""
-    model, tokenizer = loaded.model, loaded.tokenizer
-    ids, dropped = fit_history(tokenizer, messages, model.config.max_seq_len - args.max_new_tokens)
+def reply_budget(args: argparse.Namespace, max_seq_len: int) -> int:
+    """Tokens per reply: --max-new-tokens, or its default capped to half the context (module docstring)."""
+    if args.max_new_tokens is not None:
+        if not 0 < args.max_new_tokens < max_seq_len:
+            raise ValueError(f"--max-new-tokens {args.max_new_tokens} must be between 1 and {max_seq_len - 1}: "
+                             f"the model's context is {max_seq_len} tokens and the conversation needs room too")
+        return args.max_new_tokens
+    n = min(args.default_max_new_tokens, max(1, max_seq_len // 2))
+    if n < args.default_max_new_tokens:
+        print(f"[--max-new-tokens {n}: replies get half of the model's {max_seq_len}-token context; the default "
+              f"{args.default_max_new_tokens} does not fit]", file=sys.stderr)
+    return n
+
+
+def chat_turn(loaded, messages: list[dict], budget: int, explicit: bool, kw: dict[str, Any]) -> str:
+    """Stream one assistant reply to the conversation and return its text (context policy: module docstring)."""
+    model, tokenizer, ctx = loaded.model, loaded.tokenizer, loaded.model.config.max_seq_len
+    ids, dropped = fit_history(tokenizer, messages, ctx - budget)
     if dropped:
         print(f"[context full: dropped the {dropped} oldest message(s)]", file=sys.stderr)
-    return write_stream(stream_generate(model, tokenizer, ids, args.max_new_tokens,
-                                        stop_token_ids=loaded.stop_token_ids, **kw))
+    if not explicit and len(ids) + budget > ctx:  # a default budget shrinks to the room left
+        if len(ids) >= ctx:
+            raise ValueError(f"the last message is {len(ids)} tokens with the chat template, which fills the "
+                             f"model's {ctx}-token context; shorten it")
+        budget = ctx - len(ids)
+        print(f"[reply capped to {budget} tokens: the conversation fills the rest of the {ctx}-token context]",
+              file=sys.stderr)
+    return write_stream(stream_generate(model, tokenizer, ids, budget, stop_token_ids=loaded.stop_token_ids, **kw))
 
 
 def run_chat(args: argparse.Namespace) -> int:
     loaded = load_for_generation(args)
     kw = sampling_kwargs(args)
+    budget = reply_budget(args, loaded.model.config.max_seq_len)
+    failed = 0
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = list(system)
     tty = sys.stdin.isatty()
@@ -71,14 +96,19 @@ def run_chat(args: argparse.Namespace) -> int:
         if tty:
             sys.stdout.write("assistant> ")
         try:
-            reply = chat_turn(loaded, messages, args, kw)
+            reply = chat_turn(loaded, messages, budget, args.max_new_tokens is not None, kw)
         except ValueError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            if not tty:
+                raise  # piped input: one line, exit 2 (scratchlm.cli.main)
+            print(f"{args.command_parser.prog}: error: {exc}", file=sys.stderr)
             messages.pop()
+            failed += 1
             continue
         sys.stdout.write("\n")
         messages.append({"role": "assistant", "content": reply})
-    return 0
+    if failed:
+        print(f"{args.command_parser.prog}: error: {failed} turn(s) failed (see above)", file=sys.stderr)
+    return 2 if failed else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:

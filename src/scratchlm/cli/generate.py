@@ -16,9 +16,10 @@ from typing import Any
 import torch
 
 from scratchlm.generate.decode_step import DECODE_MODES
+from scratchlm.generate.prefill import PREFILL_MODES
 from scratchlm.generate.sampling import SamplingParams
 from scratchlm.generate.streaming import stream_generate
-from scratchlm.loading import LoadedModel, load_pretrained
+from scratchlm.loading import LoadedModel, load_pretrained, load_tokenizer_dir
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -31,14 +32,21 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights/activations dtype")
     p.add_argument("--decode", choices=DECODE_MODES, default="fast",
                    help="decode step: fast = packed weights, same output as the model (default); model = the "
-                        "reference forward; fast-int8 = int8 weight-only (approximate, fastest); compiled = "
-                        "torch.compile (slow warm-up); see benchmarks/RESULTS.md")
+                        "reference forward; fast-gguf = a GGUF's own Q4_1/Q8_0 blocks (exact, fastest on GGUF "
+                        "models); fast-bf16 / fast-q8_0 / fast-q4_1 / fast-int8 = compact weights (approximate); "
+                        "compiled = torch.compile (slow warm-up); see benchmarks/RESULTS.md")
+    p.add_argument("--prefill", choices=PREFILL_MODES, default="model",
+                   help="prompt path: model = the model's own dtype (default); bf16 = a bf16 copy of the model "
+                        "(faster on CPUs with bf16 matmul units; bf16 rounding of the prompt's activations)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
-    """Flags for SamplingParams, max_new_tokens, seed and stop strings."""
+    """Flags for SamplingParams, max_new_tokens (default: `max_new_tokens`, capped to the context), seed, stops."""
     d = SamplingParams()
-    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"tokens to generate (default: {max_new_tokens}, capped to what fits the model's context, "
+                        "said on stderr; an explicit value that does not fit is an error)")
+    p.set_defaults(default_max_new_tokens=max_new_tokens)
     p.add_argument("--temperature", type=float, default=d.temperature, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=d.top_k, help="0 = off")
     p.add_argument("--top-p", type=float, default=d.top_p, help="1 = off")
@@ -54,12 +62,52 @@ def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """SamplingParams fields + seed + stop strings from parsed flags (validated by SamplingParams)."""
     fields = {f: getattr(args, f) for f in SamplingParams.__dataclass_fields__}
     SamplingParams(**fields)
-    return {**fields, "seed": args.seed, "stop_strings": args.stop, "decode": args.decode}
+    return {**fields, "seed": args.seed, "stop_strings": args.stop, "decode": args.decode, "prefill": args.prefill}
 
 
 def load_for_generation(args: argparse.Namespace) -> LoadedModel:
     """The model (eval mode) with its tokenizer and stop tokens from --checkpoint / --tokenizer / --attn / --dtype."""
-    return load_pretrained(args.checkpoint, tokenizer=args.tokenizer, dtype=DTYPES[args.dtype], attn_impl=args.attn)
+    loaded = load_pretrained(args.checkpoint, tokenizer=args.tokenizer, dtype=DTYPES[args.dtype], attn_impl=args.attn)
+    if args.tokenizer is not None:
+        check_tokenizer_override(loaded, args.tokenizer)
+    return loaded
+
+
+def check_tokenizer_override(loaded: LoadedModel, tokenizer_dir: str) -> None:
+    """Refuse a --tokenizer of another size than the tokenizer stored with the model (its ids would decode
+    to garbage); without a stored one, a tokenizer smaller than the vocabulary is a note on stderr.
+    (A tokenizer larger than the model's vocabulary is refused by scratchlm.loading.)"""
+    tok_vocab, model_vocab = loaded.tokenizer.vocab_size, loaded.model.config.vocab_size
+    if tok_vocab == model_vocab:
+        return
+    own = model_vocab if loaded.kind == "gguf" else None  # a GGUF's vocabulary is its token list
+    if own is None:
+        try:
+            own = load_tokenizer_dir(loaded.path, prefer_hf=loaded.kind == "hf").vocab_size
+        except (FileNotFoundError, ValueError):
+            pass
+    if own is not None and own != tok_vocab:
+        raise ValueError(f"--tokenizer {tokenizer_dir} has {tok_vocab} tokens but {loaded.path} comes with a "
+                         f"{own}-token tokenizer (model vocab_size {model_vocab}); its ids would decode to garbage. "
+                         "Pass the tokenizer the model was trained with, or leave --tokenizer out")
+    if own is None:
+        print(f"note: the tokenizer has {tok_vocab} tokens and the model {model_vocab}; sampled ids >= {tok_vocab} "
+              "cannot be decoded", file=sys.stderr)
+
+
+def fit_max_new_tokens(args: argparse.Namespace, prompt_len: int, max_seq_len: int) -> int:
+    """--max-new-tokens, or its default capped to the room left after the prompt (said on stderr)."""
+    if args.max_new_tokens is not None:
+        return args.max_new_tokens  # explicit: the engine refuses it with the largest value that fits
+    room = max_seq_len - prompt_len
+    if room <= 0:
+        raise ValueError(f"--prompt is {prompt_len} tokens, which fills the model's {max_seq_len}-token context; "
+                         "shorten it")
+    n = min(args.default_max_new_tokens, room)
+    if n < args.default_max_new_tokens:
+        print(f"[--max-new-tokens {n}: the default {args.default_max_new_tokens} does not fit the model's "
+              f"{max_seq_len}-token context after the {prompt_len}-token prompt]", file=sys.stderr)
+    return n
 
 
 def write_stream(deltas) -> str:
@@ -77,8 +125,10 @@ def run_generate(args: argparse.Namespace) -> int:
     prompt = loaded.tokenizer.prompt_ids(args.prompt)  # with the BOS the model's tokenizer adds, if any
     if not prompt:
         raise ValueError("--prompt encodes to no tokens; give some text")
-    write_stream(stream_generate(loaded.model, loaded.tokenizer, prompt, args.max_new_tokens,
-                                 stop_token_ids=loaded.stop_token_ids, **sampling_kwargs(args)))
+    kw = sampling_kwargs(args)
+    n_new = fit_max_new_tokens(args, len(prompt), loaded.model.config.max_seq_len)
+    write_stream(stream_generate(loaded.model, loaded.tokenizer, prompt, n_new,
+                                 stop_token_ids=loaded.stop_token_ids, **kw))
     sys.stdout.write("\n")
     return 0
 

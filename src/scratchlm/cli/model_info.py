@@ -33,6 +33,9 @@ def parse_overrides(pairs: list[str]) -> dict[str, object]:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    for flag in ("batch_size", "seq_len", "repeats"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.checkpoint:
         if args.set:
             raise ValueError("--set overrides a preset's fields; with --checkpoint the model's own config is used")

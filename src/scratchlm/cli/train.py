@@ -51,11 +51,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train", help="pretrain a model (JSON config or preset, --key=value overrides, --resume)", allow_abbrev=False,
         description="Pretrain a model. Any TrainConfig field can be overridden as --key=value "
-                    "(model fields as --model.FIELD=value).",
+                    "(model fields as --model.FIELD=value; booleans: true/false). A fresh run needs a new or empty "
+                    "out_dir unless --overwrite; --keep_last=K keeps K checkpoints; --spike_factor=F stops a run "
+                    "whose loss exceeds F x its running average (0 = off).",
     )
     p.add_argument("--config", help="JSON file of TrainConfig fields")
     p.add_argument("--preset", help=f"training preset: {', '.join(sorted(TRAIN_PRESETS))}")
-    p.add_argument("--resume", action="store_true", help="continue exactly from OUT_DIR/checkpoint")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from OUT_DIR/checkpoint: bit-identical to an uninterrupted run on CPU with the same "
+                        "torch thread count, device, dtype and torch version; a larger --max_steps extends the "
+                        "schedule (said on stderr)")
     add_overwrite_arg(p, help="replace what out_dir holds (moved aside, deleted once the new run succeeds); "
                              "default: a fresh run refuses a non-empty out_dir")
     p.set_defaults(func=run_train, accepts_overrides=True)

@@ -19,6 +19,7 @@ import torch
 
 from scratchlm.generate.batching import check_prompts, left_pad
 from scratchlm.generate.decode_step import make_decode_step
+from scratchlm.generate.prefill import prefill as run_prefill
 from scratchlm.generate.sampling import SamplingParams, choose_next_token, make_generator, token_counts
 from scratchlm.generate.stopping import StopChecker
 from scratchlm.model import TransformerLM
@@ -56,13 +57,15 @@ def iter_decode(
     seed: int | None = None,
     pad_id: int = 0,
     decode: str = "model",
+    prefill: str = "model",
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield (next token (B,) int64, the raw logits (B, V) it was chosen from), max_new_tokens times.
 
     The caller stops early by closing the iterator (e.g. `break` once every row has stopped).
     decode: how each step runs, one of generate.decode_step.DECODE_MODES ("model" = the reference forward,
-    "fast" = packed weights, same result; "fast-int8"; "compiled"). The prompt always prefills through
-    the model's forward.
+    "fast" = packed weights, same result; "fast-int8", ...; "compiled"). The prompt prefills through the
+    model's forward; prefill="bf16" runs it on a bf16 copy instead (generate/prefill.py: faster on CPUs
+    with bf16 matmul units, at bf16 rounding of the prompt's activations).
     """
     check_prompts(prompts, model.config.vocab_size)
     step = make_decode_step(model, decode, batch_size=len(prompts))
@@ -78,7 +81,7 @@ def iter_decode(
     counts = token_counts(batch.ids, model.config.vocab_size, batch.valid) if params.uses_counts else None
     generator = make_generator(seed, device)
     prefill_mask = None if key_mask is None else key_mask[:, :p]
-    logits = model(batch.ids, batch.positions, prefill_mask, cache, logits_to_keep=1)[:, -1]  # (B, V)
+    logits = run_prefill(model, batch.ids, batch.positions, prefill_mask, cache, prefill)  # (B, V)
     positions = batch.lengths[:, None].clone()  # (B, 1) position of the next token
     for i in range(max_new_tokens):
         token = choose_next_token(logits, params, counts, generator)  # (B,)
@@ -103,6 +106,7 @@ def generate(
     seed: int | None = None,
     pad_id: int = 0,
     decode: str = "model",
+    prefill: str = "model",
     on_token: Callable[[int, int], None] | None = None,
     **sampling: Any,
 ) -> list[list[int]]:
@@ -112,12 +116,13 @@ def generate(
     frequency_penalty, presence_penalty); temperature 0 (default) is greedy. A row ends at its first
     stop token id (kept in the output) or when its decoded text contains a stop string (needs
     `tokenizer`; the completing token is kept). on_token(row, token) is called for every kept token.
-    decode: "model" (reference), "fast", "fast-int8" or "compiled" (see iter_decode).
+    decode: "model" (reference), "fast", "fast-int8", ... or "compiled"; prefill: "model" or "bf16" (see
+    iter_decode).
     """
     params = sampling_params(**sampling)
     stopper = StopChecker(len(prompts), stop_token_ids, stop_strings, tokenizer)
     outputs: list[list[int]] = [[] for _ in prompts]
-    for token, _ in iter_decode(model, prompts, max_new_tokens, params, seed, pad_id, decode):
+    for token, _ in iter_decode(model, prompts, max_new_tokens, params, seed, pad_id, decode, prefill):
         for row, tok in enumerate(token.tolist()):
             if stopper.done[row]:
                 continue

@@ -18,7 +18,9 @@ size. `FastDecoder` computes exactly the same function (pre-norm blocks) with fe
 It reads and writes the model's KVCache in the model's layout, so prefill runs through the model and
 the steps through this class (or the other way round) interchangeably. Post-norm blocks are not packed
 (`supports(config)` says so; the engine then uses the model's step). Memory: a second copy of every
-matrix (the tied LM head included), so keep using the model for training.
+matrix (the tied LM head included), so keep using the model for training. Mixture-of-experts layers pack
+their router; the experts run on the model's own weights through nn/moe.py's grouped path (so the weight
+formats (int8, bf16, q8_0...) apply to everything but the experts).
 Test: tests/generate/test_fast_decode.py (logits == the model's cached forward, every config family).
 """
 
@@ -33,9 +35,11 @@ import torch.nn.functional as F
 from scratchlm.config import ModelConfig
 from scratchlm.generate.packed_linear import (  # PackedLinear, mkl_packing_available, quantize_int8: re-exported
     WEIGHT_FORMATS, BlockSource, PackedLinear, mkl_packing_available, norm_gain, packed, quantize_int8)
+from scratchlm.generate.native_step import native_step
 from scratchlm.model import TransformerLM, layer_rope_kind
 from scratchlm.nn.activations import TORCH_ACTIVATIONS
 from scratchlm.nn.kv_cache import KVCache
+from scratchlm.nn.moe import MoE
 from scratchlm.nn.rope import RotaryEmbedding, rope_rotation
 from scratchlm.nn.softcap import softcap
 
@@ -92,10 +96,17 @@ class PackedLayer:
         fold_m = None if m == 1.0 else torch.full((c.d_model,), m)
         self.o = pack([attn.o_proj], row_scale=fold_m if self.attn_out_gain is None else None)
         self.gated = c.ffn in ("swiglu", "glu")
-        ins = [mlp.gate_proj, mlp.up_proj] if self.gated else [mlp.up_proj]
-        self.ffn_in = pack(ins, norm=block.post_attention_layernorm)
-        self.down = pack([mlp.down_proj], row_scale=fold_m if self.ffn_out_gain is None else None)
         self.act = TORCH_ACTIVATIONS["silu" if c.ffn == "swiglu" else c.activation]
+        self.moe = mlp if isinstance(mlp, MoE) else None  # experts run from the model's weights (grouped path)
+        if self.moe is not None:  # router with the pre-FFN norm gain folded in; experts read x_hat * g
+            self.ffn_in = pack([mlp.gate], norm=block.post_attention_layernorm)
+            self.down, self.dtype, self.m = None, dtype, m
+            norm_in = block.post_attention_layernorm
+            self.ffn_gain = None if norm_in is None else norm_gain(norm_in)
+        else:
+            ins = [mlp.gate_proj, mlp.up_proj] if self.gated else [mlp.up_proj]
+            self.ffn_in = pack(ins, norm=block.post_attention_layernorm)
+            self.down = pack([mlp.down_proj], row_scale=fold_m if self.ffn_out_gain is None else None)
         self.qk_gain = None
         self.qk_scope = c.qk_norm_scope
         self.qk_norm = PackedNorm("rmsnorm", c.norm_eps)
@@ -121,8 +132,20 @@ class PackedLayer:
             return self.o.residual(x, heads)
         return x + self.norm(self.o(heads)) * self.attn_out_gain
 
+    def moe_residual(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, D) -> x + m * out_norm(MoE(post_attention_norm(x))): packed router, the model's experts."""
+        x_hat = self.norm(x) if self.pre_norm else x
+        logits = self.ffn_in(x_hat)  # (B, E) router logits
+        x_in = (x_hat if self.ffn_gain is None else x_hat * self.ffn_gain).to(self.dtype)  # (B, D)
+        out = self.moe.mix(x_in, logits, "grouped")  # (B, D)
+        if self.ffn_out_gain is not None:
+            return x + self.norm(out) * self.ffn_out_gain
+        return x + (out if self.m == 1.0 else out * self.m)
+
     def ffn_residual(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, D) -> x + m * out_norm(FFN(post_attention_norm(x))) (B, D)."""
+        if self.moe is not None:
+            return self.moe_residual(x)
         h = self.ffn_in(self.norm(x) if self.pre_norm else x)  # (B, 2F) gate|up, or (B, F)
         if self.gated:
             gate, up = h.chunk(2, dim=-1)
@@ -204,12 +227,14 @@ class FastDecoder:
         rope, local_rope = model.model.rotary_emb, model.model.rotary_emb_local
         self.rope = None if rope is None else rope.fused_copy()  # full-width tables: x * cos + rot(x) * sin
         self.local_rope = None if local_rope is None else local_rope.fused_copy()
-        if rope is not None:
-            self.rotation = rope_rotation(c.head_dim, rope.style, torch.float32).to(rope.cos.device)
+        if rope is not None:  # over the rotary dims (all of Hd unless partial rotary)
+            self.rotation = rope_rotation(rope.head_dim, rope.style, torch.float32).to(rope.cos.device)
+        self.native = native_step(self)  # the whole step in C++ where supported (generate/native_step.py)
 
     def linears(self) -> list[PackedLinear]:
         """Every packed matrix of the model (the layers', then the LM head)."""
-        return [m for layer in self.layers for m in (layer.qkv, layer.o, layer.ffn_in, layer.down)] + [self.head]
+        return [m for layer in self.layers for m in (layer.qkv, layer.o, layer.ffn_in, layer.down)
+                if m is not None] + [self.head]
 
     def pack_for_batch(self, batch: int) -> None:
         """Prepare the MKL-packed GEMMs for a fixed batch of `batch` rows (no-op for 1 row or int8)."""
@@ -225,8 +250,11 @@ class FastDecoder:
         if rope is None:
             return qk
         cos, sin = rope
-        rotated = (qk.flatten(0, 1) @ self.rotation).view(qk.shape)  # one 2-D mm, not a broadcast bmm
-        return torch.addcmul(qk * cos, rotated, sin)
+        d = self.rotation.shape[0]
+        part = qk if d == qk.shape[-1] else qk[..., :d]  # partial rotary: the rest passes through
+        rotated = (part.flatten(0, 1) @ self.rotation).view(part.shape)  # one 2-D mm, not a broadcast bmm
+        out = torch.addcmul(part * cos, rotated, sin)
+        return out if part is qk else torch.cat((out, qk[..., d:]), -1)
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor | None,
@@ -238,6 +266,10 @@ class FastDecoder:
         if s + 1 > cache.max_seq_len:
             raise ValueError(f"KV cache overflow: {s + 1} tokens > cache capacity {cache.max_seq_len}; "
                              "allocate a larger cache (max_seq_len) or shorten prompt + max_new_tokens")
+        if self.native is not None:
+            logits = self.native.step(tokens, positions, key_mask, cache.k, cache.v, s)
+            cache.advance(1)
+            return logits
         h, kvh, hd = self.h, self.kvh, self.hd
         x = F.embedding(tokens, self.embed)  # (B, D)
         if self.config.embedding_multiplier != 1.0:

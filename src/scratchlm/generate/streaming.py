@@ -34,14 +34,16 @@ def stream_generate(
     stop_strings: Iterable[str] = (),
     seed: int | None = None,
     decode: str = "model",
+    prefill: str = "model",
     **sampling: Any,
 ) -> Iterator[str]:
-    """Yield text deltas of the reply to `prompt` (token ids). stop_token_ids=None -> default_stop_ids."""
+    """Yield text deltas of the reply to `prompt` (token ids). stop_token_ids=None -> default_stop_ids.
+    decode / prefill: the engine's step and prompt paths (see generate.engine.iter_decode)."""
     params = sampling_params(**sampling)
     stop_ids = default_stop_ids(tokenizer) if stop_token_ids is None else list(stop_token_ids)
     stopper = StopChecker(1, stop_ids, stop_strings, tokenizer, track_text=True)
     shown = 0
-    for token, _ in iter_decode(model, [prompt], max_new_tokens, params, seed, 0, decode):
+    for token, _ in iter_decode(model, [prompt], max_new_tokens, params, seed, 0, decode, prefill):
         stopper.push(0, int(token[0]))
         if stopper.done[0]:
             break

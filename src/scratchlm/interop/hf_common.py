@@ -26,8 +26,9 @@ FEATURE_DEFAULTS: dict[str, Any] = {
     "qkv_bias": False, "attn_out_bias": False, "mlp_bias": False, "qk_norm": False, "qk_norm_scope": "head",
     "attn_scale": None, "attn_softcap": None, "final_softcap": None, "embedding_multiplier": 1.0,
     "residual_multiplier": 1.0, "logits_scaling": 1.0, "rope_scaling": None, "rope_local_base": None,
-    "sliding_window": None, "layer_types": None, "nope_layers": (),
+    "sliding_window": None, "layer_types": None, "nope_layers": (), "moe_num_experts": 0,
 }
+PARTIAL_ROTARY_CAN = "rotary_dim"  # a family whose RoPE can rotate part of each head lists this in `can`
 
 
 def require(hf: dict[str, Any], key: str) -> Any:
@@ -67,7 +68,7 @@ def rope_sizes(hf: dict[str, Any], family: str, default_theta: float = 10_000.0,
         init_std=float(hf.get("initializer_range") or 0.02), hf_family=family,
         **gated_ffn(activation(hf, act_key, default_act)),
     )
-    return {**fields, **rope_from_hf(hf, family, default_theta)}
+    return {**fields, **rope_from_hf(hf, family, default_theta, fields["head_dim"])}
 
 
 def rope_sizes_to_hf(config: ModelConfig, act_key: str = "hidden_act") -> Fields:
@@ -85,6 +86,11 @@ def unusual(config: ModelConfig, family: str, can: set[str]) -> str | None:
     for name, off in FEATURE_DEFAULTS.items():
         if name not in can and getattr(config, name) != off:
             return f"{name}={getattr(config, name)!r} ({family} needs {off!r})"
+    if config.pos_embedding == "rope" and config.rotary_dim is not None:
+        if PARTIAL_ROTARY_CAN not in can:
+            return f"rotary_dim={config.rotary_dim} < head_dim={config.head_dim} ({family} rotates whole heads)"
+        if int(config.head_dim * (config.rotary_dim / config.head_dim)) != config.rotary_dim:
+            return f"rotary_dim={config.rotary_dim} (not int(head_dim * factor) for its factor)"
     if config.pos_embedding == "rope" and config.ffn == "mlp":
         return f"ffn='mlp' ({family} has a gated FFN)"
     return None

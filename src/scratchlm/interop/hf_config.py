@@ -22,14 +22,33 @@ from scratchlm.interop.hf_families import EXPORT_ORDER, FAMILIES
 from scratchlm.interop.hf_rope import unsupported
 
 HF_FAMILIES: dict[str, str] = {name: f.causal_lm for name, f in FAMILIES.items()}
+# vision-language checkpoints whose text model scratchlm loads: model_type -> (class, text model_type,
+# weight prefix of the text model); the vision tower and projector are not loaded (from_pretrained warns)
+VLM_TEXT = {"gemma3": ("Gemma3ForConditionalGeneration", "gemma3_text", "language_model.")}
 HINT_KEY = "scratchlm"
 HINT_FIELDS = ("rope_style", "attn_impl", "ops_impl", "ffn_multiple_of")
 __all__ = ["HF_ACTIVATIONS", "HF_FAMILIES", "HINT_KEY", "config_from_hf", "config_to_hf", "export_family",
            "hf_attention_bias", "hf_family"]
 
 
+def text_config(hf: dict[str, Any]) -> dict[str, Any]:
+    """The config dict of the text model: `hf` itself, or a vision-language model's text_config (whose head
+    ties as the top-level tie_word_embeddings says, as transformers ties it)."""
+    vlm = VLM_TEXT.get(hf.get("model_type"))
+    if vlm is None:
+        return hf
+    bad = [a for a in hf.get("architectures") or [] if a != vlm[0]]
+    if bad or not isinstance(hf.get("text_config"), dict):
+        raise unsupported("architectures", bad or hf.get("architectures"),
+                          f"for {hf['model_type']!r} only {vlm[0]} with a text_config is supported")
+    return {**hf["text_config"], "model_type": vlm[1], "architectures": None,
+            "tie_word_embeddings": hf.get("tie_word_embeddings", True)}
+
+
 def hf_family(hf: dict[str, Any]) -> str:
-    """The family of an HF config dict, checking model_type and architectures."""
+    """The family of an HF config dict (a vision-language model's: its text model's), checking model_type
+    and architectures."""
+    hf = text_config(hf)
     model_type = hf.get("model_type")
     if model_type not in FAMILIES:
         raise unsupported("model_type", model_type, f"supported model types are {sorted(FAMILIES)}")
@@ -55,6 +74,7 @@ def _check_common(hf: dict[str, Any]) -> None:
 def config_from_hf(hf: dict[str, Any], **overrides: Any) -> ModelConfig:
     """ModelConfig equal in math to the HF config dict `hf`; `overrides` (e.g. attn_impl) applied last."""
     family = hf_family(hf)
+    hf = text_config(hf)
     _check_common(hf)
     fields = FAMILIES[family].read(hf)
     hint = hf.get(HINT_KEY) or {}

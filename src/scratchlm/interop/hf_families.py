@@ -10,6 +10,7 @@ and the per-layer module names that differ from ours (`renames`, HF name -> ours
     gpt2         GPT2LMHeadModel        layernorm, mlp, learned positions, every bias, activation_function
     gemma*       see hf_families_gemma.py
     phi3, olmo2, granite, smollm3: see hf_families_more.py
+    mixtral, qwen3_moe, qwen2_moe (mixtures of experts): see hf_families_moe.py
 
 Everything else that changes the math and is not read here is refused by name.
 """
@@ -21,6 +22,7 @@ from typing import Any, Callable
 
 from scratchlm.config import ModelConfig
 from scratchlm.interop import hf_families_gemma as gemma
+from scratchlm.interop import hf_families_moe as moe
 from scratchlm.interop import hf_families_more as more
 from scratchlm.interop.hf_common import (HF_ACTIVATION_NAMES, Fields, activation,
                                          refuse_window_fields, require, rope_sizes, rope_sizes_to_hf, uniform_windows,
@@ -134,14 +136,17 @@ class Family:
     fits: Callable[[ModelConfig], str | None]
     write: Callable[[ModelConfig], Fields]
     attention_bias: Callable[[ModelConfig], bool] = _any_bias  # whether the HF model has q/k/v(/o) biases
+    o_bias: bool = True  # whether those biases include o_proj's (Qwen2 and Qwen2-MoE: q/k/v only)
     renames: dict[str, str] = field(default_factory=dict)  # per-layer module names, HF -> ours
     fused: dict[str, tuple[str, ...]] = field(default_factory=dict)  # HF fused module -> ours, stacked by rows
+    experts: dict[str, str] = field(default_factory=dict)  # our stacked expert matrix -> HF per-expert name
 
 
 FAMILIES: dict[str, Family] = {
     "gpt2": Family("GPT2LMHeadModel", "GPT2Model", _read_gpt2, _fits_gpt2, _write_gpt2, lambda c: True),
     "qwen3": Family("Qwen3ForCausalLM", "Qwen3Model", _read_qwen3, _fits_qwen3, _write_qwen),
-    "qwen2": Family("Qwen2ForCausalLM", "Qwen2Model", _read_qwen2, _fits_qwen2, _write_qwen, lambda c: True),
+    "qwen2": Family("Qwen2ForCausalLM", "Qwen2Model", _read_qwen2, _fits_qwen2, _write_qwen, lambda c: True,
+                    o_bias=False),
     "llama": Family("LlamaForCausalLM", "LlamaModel", _read_llama, _fits_llama, _write_llama),
     "mistral": Family("MistralForCausalLM", "MistralModel", _read_mistral, _fits_mistral, _write_mistral,
                       lambda c: False),
@@ -158,7 +163,13 @@ FAMILIES: dict[str, Family] = {
                       more.write_granite),
     "smollm3": Family("SmolLM3ForCausalLM", "SmolLM3Model", more.read_smollm3, more.fits_smollm3,
                       more.write_smollm3),
+    "mixtral": Family("MixtralForCausalLM", "MixtralModel", moe.read_mixtral, moe.fits_mixtral, moe.write_mixtral,
+                      lambda c: False, renames={"block_sparse_moe": "mlp"}, experts=moe.MIXTRAL_EXPERTS),
+    "qwen3_moe": Family("Qwen3MoeForCausalLM", "Qwen3MoeModel", moe.read_qwen3_moe, moe.fits_qwen3_moe,
+                        moe.write_qwen3_moe, experts=moe.QWEN_EXPERTS),
+    "qwen2_moe": Family("Qwen2MoeForCausalLM", "Qwen2MoeModel", moe.read_qwen2_moe, moe.fits_qwen2_moe,
+                        moe.write_qwen2_moe, lambda c: c.qkv_bias, o_bias=False, experts=moe.QWEN_EXPERTS),
 }
 # export tries the families in this order (the most specific first) when the config names none
-EXPORT_ORDER = ("gpt2", "gemma3_text", "gemma2", "gemma", "olmo2", "smollm3", "qwen3", "qwen2", "llama", "mistral",
+EXPORT_ORDER = ("gpt2", "qwen2_moe", "qwen3_moe", "mixtral", "gemma3_text", "gemma2", "gemma", "olmo2", "smollm3", "qwen3", "qwen2", "llama", "mistral",
                 "granite")

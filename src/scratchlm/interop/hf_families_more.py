@@ -1,6 +1,7 @@
 """Phi-3/Phi-4, OLMo-2, Granite and SmolLM3 (config.json <-> ModelConfig), read as transformers does.
 
     phi3     Phi3ForCausalLM      fused qkv_proj / gate_up_proj (split on load, fused on save, hf_weights.py),
+                                  partial_rotary_factor (Phi-4-mini: rotary_dim = int(head_dim * factor)),
                                   longrope (the top-level original_max_position_embeddings wins; legacy
                                   "su"/"yarn" types read as longrope), sliding_window on every layer, no biases
     olmo2    Olmo2ForCausalLM     norms on the attention/FFN outputs only (norm_placement "output"),
@@ -34,7 +35,7 @@ def fits_phi3(config: ModelConfig) -> str | None:
     if config.rope_scaling is not None and config.rope_scaling["rope_type"] != "longrope":
         return f"rope_scaling type {config.rope_scaling['rope_type']!r} (Phi-3 reads default or longrope only)"
     kinds = {config.layer_type(i) for i in range(config.n_layers)}
-    reason = unusual(config, "Phi-3", ROPE_CAN | {"sliding_window", "layer_types"})
+    reason = unusual(config, "Phi-3", ROPE_CAN | {"sliding_window", "layer_types", "rotary_dim"})
     return reason or (f"layer_types={config.layer_types} (one window for every layer)" if len(kinds) > 1 else None)
 
 

@@ -36,10 +36,19 @@ def _rope_type(params: dict[str, Any], family: str) -> str:
     return kind
 
 
-def _check_partial(hf: dict[str, Any], params: dict[str, Any], field: str) -> None:
+PARTIAL_ROTARY_FAMILIES = ("phi3",)  # whose attention rotates only the first int(Hd * factor) dims
+
+
+def _check_partial(hf: dict[str, Any], params: dict[str, Any], field: str, family: str = "") -> float:
+    """partial_rotary_factor (dict first, then top level); refused where the family's RoPE cannot rotate part."""
     factor = params.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))
-    if factor not in (None, 1, 1.0):
-        raise unsupported(f"{field}.partial_rotary_factor", factor, "RoPE must rotate the whole head")
+    factor = 1.0 if factor is None else factor
+    if factor != 1.0 and family not in PARTIAL_ROTARY_FAMILIES:
+        raise unsupported(f"{field}.partial_rotary_factor", factor, "RoPE must rotate the whole head for "
+                          f"model_type {family!r} (partial rotary is read for {PARTIAL_ROTARY_FAMILIES})")
+    if not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise unsupported(f"{field}.partial_rotary_factor", factor, "expected a number in (0, 1]")
+    return float(factor)
 
 
 def _scaling(hf: dict[str, Any], params: dict[str, Any], family: str, field: str) -> dict[str, Any] | None:
@@ -72,8 +81,9 @@ def _theta(hf: dict[str, Any], params: dict[str, Any], default: float, top_key: 
     return float(theta)
 
 
-def rope_from_hf(hf: dict[str, Any], family: str, default_theta: float) -> dict[str, Any]:
-    """ModelConfig fields rope_base and rope_scaling (+ rope_local_base for Gemma-3) and max_seq_len."""
+def rope_from_hf(hf: dict[str, Any], family: str, default_theta: float, head_dim: int) -> dict[str, Any]:
+    """ModelConfig fields rope_base, rope_scaling, rotary_dim (+ rope_local_base for Gemma-3, max_seq_len for
+    dynamic NTK)."""
     params = hf.get("rope_scaling") or hf.get("rope_parameters") or {}
     if not isinstance(params, dict):
         raise unsupported("rope_parameters", params, "expected a dict")
@@ -81,9 +91,10 @@ def rope_from_hf(hf: dict[str, Any], family: str, default_theta: float) -> dict[
         return _gemma3_rope(hf, params)
     if any(isinstance(v, dict) for v in params.values()):
         raise unsupported("rope_parameters", params, f"per-layer-type RoPE is not read for model_type {family!r}")
-    _check_partial(hf, params, "rope_parameters")
+    partial = _check_partial(hf, params, "rope_parameters", family)
     scaling = _scaling(hf, params, family, "rope_parameters")
-    out: dict[str, Any] = dict(rope_base=_theta(hf, params, default_theta), rope_scaling=scaling)
+    out: dict[str, Any] = dict(rope_base=_theta(hf, params, default_theta), rope_scaling=scaling,
+                               rotary_dim=int(head_dim * partial))
     if scaling is not None and scaling["rope_type"] == "dynamic":
         out["max_seq_len"] = int(math.floor(scaling["factor"] * hf["max_position_embeddings"]))
     return out
@@ -116,6 +127,8 @@ def rope_to_hf(config: ModelConfig) -> dict[str, Any]:
         params = {**config.rope_scaling, "rope_theta": config.rope_base}
         if params["rope_type"] == "dynamic":
             out["max_position_embeddings"] = params.pop("original_max_position_embeddings")
+    if config.rotary_dim is not None:
+        params["partial_rotary_factor"] = config.rotary_dim / config.head_dim
     out["rope_parameters"] = params
     if getattr(config, "rope_local_base", None) is not None:
         out["rope_parameters"] = {"full_attention": params,

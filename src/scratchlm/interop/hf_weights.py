@@ -38,7 +38,7 @@ QKV = ("q_proj", "k_proj", "v_proj")
 
 def permute_rope_heads(state: StateDict, config: ModelConfig, to_half: bool) -> StateDict:
     """Permute q/k head dims between "interleaved" and "half" pairing (see module docstring)."""
-    perm = interleaved_to_half_permutation(config.head_dim)
+    perm = interleaved_to_half_permutation(config.head_dim, config.rope_dim)
     if not to_half:
         perm = torch.argsort(perm)
     heads = {"q_proj": config.n_heads, "k_proj": config.n_kv_heads}
@@ -58,7 +58,7 @@ def _fill_zero_biases(state: StateDict, config: ModelConfig, family: str) -> Non
     """Add zero biases that the HF family has and our model lacks (in place)."""
     wanted: list[str] = []
     if hf_attention_bias(config, family):
-        wanted += [f"self_attn.{p}" for p in QKV] + ([] if family == "qwen2" else ["self_attn.o_proj"])
+        wanted += [f"self_attn.{p}" for p in QKV] + (["self_attn.o_proj"] if FAMILIES[family].o_bias else [])
     if family == "gpt2":
         wanted += ["mlp.up_proj", "mlp.down_proj", "input_layernorm", "post_attention_layernorm"]
     prefixes = [f"model.layers.{i}.{m}" for i in range(config.n_layers) for m in wanted]
@@ -155,6 +155,30 @@ def fuse(state: StateDict, config: ModelConfig, fused: dict[str, tuple[str, ...]
     return state
 
 
+def stack_experts(state: StateDict, config: ModelConfig, names: dict[str, str]) -> StateDict:
+    """Per-expert HF matrices mlp.experts.{e}.{hf}.weight -> our stacked mlp.experts.{ours} (E, out, in);
+    transformers v5's own in-memory layout (gate_up_proj (E, 2F, D), down_proj) is accepted too."""
+    for i in (i for i in range(config.n_layers) if config.is_moe_layer(i)):
+        prefix = f"model.layers.{i}.mlp.experts."
+        if prefix + "gate_up_proj" in state:
+            state[prefix + "gate_proj"], state[prefix + "up_proj"] = state.pop(prefix + "gate_up_proj").chunk(2, 1)
+            continue
+        for ours, hf in names.items():
+            state[prefix + ours] = torch.stack([_pop(state, f"{prefix}{e}.{hf}.weight")
+                                                for e in range(config.moe_num_experts)])
+    return state
+
+
+def unstack_experts(state: StateDict, config: ModelConfig, names: dict[str, str]) -> StateDict:
+    """Our stacked expert matrices -> the Hub's per-expert layout (what transformers' save_pretrained writes)."""
+    for i in (i for i in range(config.n_layers) if config.is_moe_layer(i)):
+        prefix = f"model.layers.{i}.mlp.experts."
+        for ours, hf in names.items():
+            for e, matrix in enumerate(state.pop(prefix + ours).unbind(0)):
+                state[f"{prefix}{e}.{hf}.weight"] = matrix.contiguous()
+    return state
+
+
 def rename_layer_modules(state: StateDict, mapping: dict[str, str]) -> StateDict:
     """Rename the per-layer modules `model.layers.{i}.{old}.*` -> `{new}` for every old -> new in mapping,
     all at once (so swaps such as Gemma-2's post_attention_layernorm <-> ours are safe)."""
@@ -192,6 +216,7 @@ def state_to_hf(model_state: StateDict, config: ModelConfig, family: str) -> Sta
     if config.pos_embedding == "rope" and config.rope_style == "interleaved":
         state = permute_rope_heads(state, config, to_half=True)
     _fill_zero_biases(state, config, family)
+    state = unstack_experts(state, config, FAMILIES[family].experts)
     state = rename_layer_modules(state, {ours: hf for hf, ours in FAMILIES[family].renames.items()})
     state = fuse(state, config, FAMILIES[family].fused)
     if family == "gpt2":
@@ -207,6 +232,7 @@ def state_from_hf(hf_state: StateDict, config: ModelConfig, family: str) -> Stat
     else:
         state = rename_layer_modules(_add_prefix(state, "model."), FAMILIES[family].renames)
         state = split_fused(state, config, FAMILIES[family].fused)
+        state = stack_experts(state, config, FAMILIES[family].experts)
     if config.tie_embeddings:
         state.pop("lm_head.weight", None)
         state["lm_head.weight"] = state.get("model.embed_tokens.weight")

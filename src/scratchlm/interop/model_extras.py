@@ -1,21 +1,21 @@
-"""What travels beside a model's weights: chat template, end-of-reply token ids, generation defaults.
+"""What travels beside a model's weights: end-of-reply token ids, generation defaults, tokenizer_config.json.
 
-    source           chat template                                   stop ids                        sampling defaults
-    HF / scratchlm   tokenizer_config.json "chat_template" (a str,   generation_config.json and      generation_config.json
-    directory        or the "default" of a named list), else         config.json eos_token_id (int   (do_sample false -> greedy)
-                     chat_template.jinja                             or list), tokenizer_config
-                                                                     eos_token
-    GGUF             tokenizer.chat_template                         tokenizer.ggml.eos / eot / eom  general.sampling.*
-A model with no template of its own is chatted with scratchlm's ChatML (`tokenizer.chat_template`).
+    source           stop ids                                           sampling defaults
+    HF / scratchlm   generation_config.json and config.json eos_token_id generation_config.json
+    directory        (int or list), tokenizer_config.json eos_token      (do_sample false -> greedy)
+    GGUF             tokenizer.ggml.eos / eot / eom (gguf_tokenizer)      general.sampling.*
+The chat template is read with the tokenizer (scratchlm.tokenizer.pretrained: tokenizer_config.json,
+chat_template.jinja, or GGUF's tokenizer.chat_template) and attached to it as `tokenizer.chat_template`.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-TOKENIZER_CONFIG, GENERATION_CONFIG, TEMPLATE_FILE = "tokenizer_config.json", "generation_config.json", "chat_template.jinja"
+from scratchlm.io_utils import read_json_object
+
+TOKENIZER_CONFIG, GENERATION_CONFIG = "tokenizer_config.json", "generation_config.json"
 # generation_config.json field -> SamplingParams field (values must be numbers)
 _HF_SAMPLING = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
                 "repetition_penalty": "repetition_penalty"}
@@ -26,31 +26,11 @@ _GGUF_SAMPLING = {"general.sampling.temp": "temperature", "general.sampling.top_
 
 def _json(path: Path) -> dict[str, Any]:
     """The JSON object in `path`, {} when the file is absent; ValueError naming a corrupt file."""
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}); the file is corrupt") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
-    return data
+    return read_json_object(path, str(path)) if path.is_file() else {}
 
 
 def tokenizer_config(directory: Path) -> dict[str, Any]:
     return _json(directory / TOKENIZER_CONFIG)
-
-
-def chat_template_from_dir(directory: Path) -> str | None:
-    """The model's Jinja chat template, or None when the directory has none."""
-    template = tokenizer_config(directory).get("chat_template")
-    if isinstance(template, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default")
-    if isinstance(template, str) and template:
-        return template
-    path = directory / TEMPLATE_FILE
-    return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 def _ids(value: Any) -> list[int]:

@@ -20,7 +20,7 @@ from scratchlm.checkpoint import load_model
 from scratchlm.config import ModelConfig
 from scratchlm.interop.gguf_file import is_gguf_file
 from scratchlm.interop.gguf_load import load_gguf
-from scratchlm.interop.hf_config import config_from_hf, config_to_hf, export_family, hf_family
+from scratchlm.interop.hf_config import VLM_TEXT, config_from_hf, config_to_hf, export_family, hf_family
 from scratchlm.interop.hf_weights import state_from_hf, state_to_hf, stored_head_differs
 from scratchlm.interop.shards import load_sharded, save_sharded
 from scratchlm.interop.tokenizer_files import save_hf_tokenizer
@@ -41,6 +41,25 @@ def is_hf_config(data: dict[str, Any]) -> bool:
     return "model_type" in data or "architectures" in data
 
 
+def text_model_tensors(hf_state: dict[str, torch.Tensor], prefix: str, directory: Path) -> dict[str, torch.Tensor]:
+    """A vision-language checkpoint's text-model tensors (names without `prefix`; transformers v5's
+    `model.language_model.` layout too); the vision tower and projector are dropped, with a warning."""
+    out, dropped = {}, 0
+    for key, tensor in hf_state.items():
+        if key.startswith(prefix):
+            out[key[len(prefix):]] = tensor
+        elif key.startswith("model.language_model."):
+            out["model." + key[len("model.language_model."):]] = tensor
+        elif key == "lm_head.weight":
+            out[key] = tensor
+        else:
+            dropped += 1
+    warnings.warn(f"{directory}: loading the text model of a vision-language checkpoint; its vision tower and "
+                  f"projector ({dropped} tensors) are not loaded (scratchlm is text-only); save_pretrained writes "
+                  "the text model alone", stacklevel=3)
+    return out
+
+
 def from_pretrained(directory: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                     progress: bool = False, **config_overrides: Any) -> TransformerLM:
     """Load a Hugging Face (Llama, Qwen2, Qwen3, GPT-2) or scratchlm checkpoint directory, or a GGUF file
@@ -58,6 +77,8 @@ def from_pretrained(directory: str | Path, *, device: str | torch.device = "cpu"
     config = config_from_hf(data, **config_overrides)
     family = hf_family(data)
     hf_state = load_sharded(directory, progress=progress)
+    if data.get("model_type") in VLM_TEXT:
+        hf_state = text_model_tensors(hf_state, VLM_TEXT[data["model_type"]][2], directory)
     if config.tie_embeddings and stored_head_differs(hf_state):
         warnings.warn(f"{directory}: config.json says tie_word_embeddings=true but the checkpoint stores a separate "
                       "lm_head.weight that differs from the embedding; loading it untied, as transformers does",

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("linear.cpp",)
+SOURCES = ("module.cpp",)  # includes gemv.h and llama_step.h
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off")
 
 
@@ -43,8 +43,8 @@ def cpu_signature() -> str:
 def build_name() -> str:
     """scratchlm_kernels_<hash of sources, flags, CPU>: one cached build per (code, machine)."""
     h = hashlib.sha256()
-    for name in SOURCES:
-        h.update((CSRC / name).read_bytes())
+    for path in sorted(CSRC.iterdir()):
+        h.update(path.name.encode() + path.read_bytes())
     h.update(" ".join(CFLAGS).encode())
     h.update(cpu_signature().encode())
     return "scratchlm_kernels_" + h.hexdigest()[:12]

@@ -20,6 +20,7 @@ from scratchlm.nn.kv_cache import KVCache
 from scratchlm.nn.linear import Linear
 from scratchlm.nn.masks import causal_mask, combine_masks
 from scratchlm.nn.norm import RMSNorm
+from scratchlm.nn.positional import check_positions_shape
 from scratchlm.nn.rope import RotaryEmbedding
 from scratchlm.nn.softcap import softcap as soft_cap
 from scratchlm.nn.softmax import softmax
@@ -118,9 +119,8 @@ def check_attention_input(x: torch.Tensor, d_model: int, positions: torch.Tensor
     if x.dim() != 3 or x.shape[-1] != d_model:
         raise ValueError(f"Attention expects x of shape (B, T, D={d_model}), got {tuple(x.shape)}")
     b, t = x.shape[0], x.shape[1]
-    if positions is not None and tuple(positions.shape) not in ((t,), (b, t)):
-        raise ValueError(f"positions must have shape (T,) = ({t},) or (B, T) = ({b}, {t}), "
-                         f"got {tuple(positions.shape)}")
+    if positions is not None:
+        check_positions_shape(positions, b, t)
     return b, t
 
 

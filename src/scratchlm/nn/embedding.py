@@ -44,7 +44,11 @@ class Embedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         check_token_ids(ids, self.num_embeddings)
-        return self.weight[ids]  # (..., ) -> (..., D)
+        # index_select, not weight[ids]: its backward is index_add_, which sums the rows of repeated ids in
+        # a fixed order with any number of threads; weight[ids]'s backward (index_put_ with accumulate) is
+        # not deterministic on a multi-threaded CPU, which made two identical 2-thread training runs differ
+        rows = torch.index_select(self.weight, 0, ids.reshape(-1))  # (N, D), N = ids.numel()
+        return rows.view(*ids.shape, self.embedding_dim)  # (..., ) -> (..., D)
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"

@@ -7,6 +7,8 @@ so GQA with KvH = H / g stores g times less than MHA.
 Slots are absolute time indices 0 .. T_max-1. A forward over T new tokens writes slots
 [seq_len, seq_len + T) in every layer and then `advance(T)` moves seq_len forward. RoPE positions are
 passed separately (they may differ per row under left padding); the cache only stores rotated keys.
+Sliding-window layers keep every token here too: their window is a mask (nn/masks.py), and the
+FastDecoder reads only their last W slots. (A rolling W-slot buffer would save memory; not implemented.)
 """
 
 from __future__ import annotations

@@ -29,6 +29,13 @@ def check_positions(positions: torch.Tensor, max_seq_len: int) -> None:
         )
 
 
+def check_positions_shape(positions: torch.Tensor, b: int, t: int) -> None:
+    """Raise ValueError unless `positions` is (T,) shared by the batch or (B, T) per row."""
+    if tuple(positions.shape) not in ((t,), (b, t)):
+        raise ValueError(f"positions must have shape (T,) = ({t},) or (B, T) = ({b}, {t}), "
+                         f"got {tuple(positions.shape)}")
+
+
 def sinusoidal_table(max_seq_len: int, dim: int, base: float = 10000.0) -> torch.Tensor:
     """Return the (max_seq_len, dim) fp32 sinusoidal table; dim must be even."""
     if dim % 2:

@@ -11,7 +11,8 @@ Pairing styles [firm]:
 The two are equal up to a fixed permutation of the head dims (hence of the q/k projection rows).
 Complex form (equivalent to "interleaved"): view pairs as z_i = x[2i] + j x[2i+1], out = z_i * e^{j p theta_i}.
 
-RoPE is applied per head, after the projections are split into heads: x (B, H, T, Hd).
+RoPE is applied per head, after the projections are split into heads: x (B, H, T, Hd). Partial rotary
+(ModelConfig.rotary_dim = d < Hd, Phi-4-mini): the first d dims of each head rotate, the rest pass through.
 positions: (T,) shared by the batch, or (B, T) per row. Tables cos/sin (max_seq_len, Hd/2) are
 non-persistent fp32 buffers; the rotation is computed in fp32 and cast back to x's dtype.
 Scaled variants (linear, dynamic NTK, llama3, YaRN, longrope) change the frequencies: see rope_scaling.py.
@@ -92,9 +93,11 @@ def apply_rope_complex(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(z * rot).flatten(-2).to(x.dtype)
 
 
-def interleaved_to_half_permutation(head_dim: int) -> torch.Tensor:
-    """Index perm with x_half = x_interleaved[..., perm]: evens first, then odds."""
-    return torch.cat((torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)))
+def interleaved_to_half_permutation(head_dim: int, rotary_dim: int | None = None) -> torch.Tensor:
+    """Index perm with x_half = x_interleaved[..., perm]: evens first, then odds (over the first rotary_dim
+    dims; the dims that do not rotate stay in place)."""
+    d = head_dim if rotary_dim is None else rotary_dim
+    return torch.cat((torch.arange(0, d, 2), torch.arange(1, d, 2), torch.arange(d, head_dim)))
 
 
 class RotaryEmbedding(nn.Module):
@@ -170,7 +173,14 @@ class RotaryEmbedding(nn.Module):
                 torch.where(beyond, self._widen(torch.sin(angles)), sin))
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x (B, H, T, Hd); positions (T,) or (B, T) -> rotated x, same shape and dtype."""
+        """x (B, H, T, Hd); positions (T,) or (B, T) -> rotated x, same shape and dtype. Partial rotary
+        (Phi-4-mini): when Hd exceeds the rotary dim d of this module, only x[..., :d] is rotated."""
+        d = self.head_dim
+        if x.shape[-1] != d:
+            return torch.cat((self._rotate(x[..., :d], positions), x[..., d:]), dim=-1)
+        return self._rotate(x, positions)
+
+    def _rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         cos, sin = self.tables(positions)  # (T, W) or (B, T, W)
         if positions.dim() == 2:
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, W): broadcast over heads

@@ -2,7 +2,7 @@
 
 Every request streams /v1/completions (SSE) and counts as an error unless it answers 200, every
 line parses, a finish_reason arrives and the stream ends with `data: [DONE]`. Reported:
-    requests, errors, p50_s / p99_s (whole-request latency), ttft_p50_s (time to first text),
+    requests, errors, p50_s / p99_s (whole-request latency), ttft_p50_s / ttft_p99_s (time to the first text or finish),
     tok_s = completion tokens (from the usage chunk) / wall time, wall_s
 The whole run is bounded by `timeout_s`; requests still open then are counted as errors.
 Only ever point it at a server you run yourself (loopback).
@@ -46,7 +46,8 @@ class LoadReport:
         return {
             "requests": len(self.results), "errors": sum(not r.ok for r in self.results),
             "p50_s": round(percentile(lat, 50), 4), "p99_s": round(percentile(lat, 99), 4),
-            "ttft_p50_s": round(percentile(ttft, 50), 4), "tok_s": round(tokens / max(self.wall_s, 1e-9), 1),
+            "ttft_p50_s": round(percentile(ttft, 50), 4), "ttft_p99_s": round(percentile(ttft, 99), 4),
+            "tok_s": round(tokens / max(self.wall_s, 1e-9), 1),
             "completion_tokens": tokens, "wall_s": round(self.wall_s, 3),
         }
 
@@ -60,11 +61,13 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 async def stream_one(http: Any, api: str, headers: dict[str, str], body: dict[str, Any]) -> StreamResult:
-    """One streamed completion, checked line by line."""
-    res = StreamResult(prompt=body["prompt"])
+    """One streamed completion (or chat completion, when the body has messages), checked line by line."""
+    chat = "messages" in body
+    res = StreamResult(prompt=body["messages"][-1]["content"] if chat else body["prompt"])
     t0 = time.perf_counter()
     try:
-        async with http.stream("POST", api + "/completions", json=body, headers=headers) as r:
+        async with http.stream("POST", api + ("/chat/completions" if chat else "/completions"), json=body,
+                               headers=headers) as r:
             if r.status_code != 200:
                 res.error = f"HTTP {r.status_code}: {(await r.aread())[:200]!r}"
                 return res
@@ -81,9 +84,10 @@ async def stream_one(http: Any, api: str, headers: dict[str, str], body: dict[st
                 if chunk.get("usage"):
                     res.completion_tokens = chunk["usage"]["completion_tokens"]
                 for c in chunk.get("choices", []):
-                    if c["text"] and res.ttft_s is None:
+                    text = (c.get("delta") or {}).get("content") or "" if chat else c["text"]
+                    if (text or c["finish_reason"]) and res.ttft_s is None:  # the first token, even a stop
                         res.ttft_s = time.perf_counter() - t0
-                    res.text += c["text"]
+                    res.text += text
                     res.finish_reason = c["finish_reason"] or res.finish_reason
     except Exception as exc:  # a load test counts every failure; it must not stop the run
         res.error = f"{type(exc).__name__}: {exc}"

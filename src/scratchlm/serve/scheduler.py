@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from scratchlm.generate.decode_step import make_decode_step
+from scratchlm.generate.decode_step import DECODE_MODES, make_decode_step
 from scratchlm.model import TransformerLM
 from scratchlm.serve.prefill import prefill_prompts
 from scratchlm.serve.prefix_cache import PrefixCache
@@ -38,7 +38,7 @@ from scratchlm.serve.sequence import Sequence
 from scratchlm.serve.slot_cache import SlotCache
 from scratchlm.serve.token_choice import choose_tokens
 
-SERVE_DECODE_MODES = ("model", "fast", "fast-int8")  # "compiled" would recompile as the batch changes
+SERVE_DECODE_MODES = tuple(m for m in DECODE_MODES if m != "compiled")  # compiled: recompiles per batch size
 log = logging.getLogger("scratchlm.serve")
 
 
@@ -184,7 +184,10 @@ class Scheduler:
         into the slot cache, choose token 1 of every joiner."""
         distinct: dict[tuple[int, ...], int] = {}
         source = [distinct.setdefault(tuple(s.prompt), len(distinct)) for s in joining]  # joiner -> prompt
-        scored = {source[j]: s.top_logprobs for j, s in enumerate(joining) if s.needs_prompt_logprobs}
+        scored: dict[int, int] = {}  # prompt -> the most alternatives any of its echo + logprobs joiners wants
+        for s, src in zip(joining, source):
+            if s.needs_prompt_logprobs:
+                scored[src] = max(scored.get(src, 0), s.top_logprobs)
         done = prefill_prompts(self.model, list(distinct), scored, self.prefix_cache, self.pad_id, self.device)
         for s, src in zip(joining, source):
             s.cached_tokens = done[src].cached
@@ -192,8 +195,9 @@ class Scheduler:
             self.stats.cached_prompt_tokens += done[src].cached
             s.start(done[src].prompt_logprobs)
         entering = [(s, src) for s, src in zip(joining, source) if not s.done]
-        for s, _ in [(s, src) for s, src in zip(joining, source) if s.done]:
-            self._retire(s)
+        for s in joining:
+            if s.done:  # max_tokens 0: the prompt was all it wanted
+                self._retire(s)
         if not entering:
             return
         self.slots.ensure_left_room(max(done[src].width for _, src in entering))

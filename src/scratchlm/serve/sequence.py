@@ -114,7 +114,7 @@ class Sequence:
                 if prompt_logprobs is not None:
                     info = prompt_logprobs[i]
                     lp, top = (None, ()) if info is None else info
-                    entries.append(TokenLogprob(token, lp, top, offset))
+                    entries.append(TokenLogprob(token, lp, top[: self.top_logprobs], offset))
             dec.flush()
             self.echo_len = len(dec.text)
             if dec.text or entries:

@@ -12,7 +12,9 @@ rows 0 .. n-1, so a step runs on the prefix view rows[:n] (no work for empty row
             positions, so moving them between slots changes nothing).
     leave:  the last active row is copied into the freed row (one row copy) and n -= 1.
     room:   before a step needs slot c = M, all rows are shifted left by the first slot any row still
-            uses (>= 1: a row that still decodes holds at most M - 2 tokens).
+            uses (>= 1: a row that still decodes holds at most M - 2 tokens). The same left shift happens
+            earlier once the unused leading slots outnumber the live ones (and MIN_COMPACT): a step attends
+            over every slot before the cursor, so a long-gone row must not keep the window long.
     empty:  when the last row leaves, c is reset to 0.
 """
 
@@ -22,6 +24,8 @@ import torch
 
 from scratchlm.model import TransformerLM
 from scratchlm.nn.kv_cache import KVCache
+
+MIN_COMPACT = 32  # unused leading slots worth a left shift before the cursor reaches the end
 
 
 class RowPrefixView(KVCache):
@@ -78,11 +82,16 @@ class SlotCache:
             self._shift(prompt_len - self.cursor)
 
     def ensure_step_room(self) -> None:
-        """Make c <= M - 1 so the next decode step has a slot to write."""
-        if self.cursor < self.slots:
-            return
+        """Make c <= M - 1 so the next decode step has a slot to write, and keep the attended window short:
+        every step attends over slots [0, c], so once the slots no row uses any more ([0, first)) outnumber
+        the live ones ([first, c)) and MIN_COMPACT, the rows move left by `first` (a copy of the live window,
+        at most once per doubling of it)."""
         used = self.valid[: self.rows].any(dim=0).nonzero()  # (k, 1) slots some row uses
         first = int(used[0, 0]) if used.numel() else self.cursor
+        if self.cursor < self.slots:
+            if first >= MIN_COMPACT and first >= self.cursor - first:
+                self._shift(-first)
+            return
         if first < 1:
             raise RuntimeError("slot cache is full: a row holds every slot (prompt + max_tokens > context?)")
         self._shift(-first)

@@ -155,7 +155,8 @@ def template_messages(messages: list[Any]) -> list[dict[str, Any]]:
     names: dict[str, str] = {}
     out = []
     for m in messages:
-        d: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+        content = None if m.content is None else m.text()  # a tool-call-only message keeps content None
+        d: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": content}
         if m.tool_calls:
             d["tool_calls"] = [{"id": c.id, "type": "function",
                                 "function": {"name": c.function.name, "arguments": c.function.parsed_arguments()}}

@@ -1,9 +1,15 @@
 """BPE tokenizers as HF tokenizer.json pipelines, from scratch: training (`train_bpe`), the pipeline
-(`Tokenizer`), loading real models' tokenizers (`load_pretrained_tokenizer`, `tokenizer_from_json`),
-their chat templates (`ChatTemplate`) and scratchlm's own ChatML (`render_chat`)."""
+(`Tokenizer`), loading real models' tokenizers (`load_pretrained_tokenizer` for a model directory,
+`tokenizer_from_json` / `pretrained_from_json` for a tokenizer.json-shaped dict), their chat templates
+(`ChatTemplate`) and scratchlm's own ChatML (`render_chat`)."""
 
 from scratchlm.tokenizer.bpe_train import train_bpe
-from scratchlm.tokenizer.chat_template import DEFAULT_SPECIAL_TOKENS, render_chat
+from scratchlm.tokenizer.chat_template import DEFAULT_SPECIAL_TOKENS, chat_prompt_ids, render_chat
+from scratchlm.tokenizer.jinja_template import ChatTemplate
 from scratchlm.tokenizer.pipeline import Tokenizer
+from scratchlm.tokenizer.pretrained import (PretrainedTokenizer, SpecialTokens, load_pretrained_tokenizer,
+                                            pretrained_from_json, tokenizer_from_json)
 
-__all__ = ["Tokenizer", "train_bpe", "render_chat", "DEFAULT_SPECIAL_TOKENS"]
+__all__ = ["Tokenizer", "train_bpe", "render_chat", "chat_prompt_ids", "DEFAULT_SPECIAL_TOKENS", "ChatTemplate",
+           "PretrainedTokenizer", "SpecialTokens", "load_pretrained_tokenizer", "pretrained_from_json",
+           "tokenizer_from_json"]

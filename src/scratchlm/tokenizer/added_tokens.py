@@ -14,6 +14,8 @@ Flags of a match:
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from dataclasses import dataclass
 
 import regex
@@ -50,6 +52,25 @@ class AddedToken:
     def to_json(self) -> dict:
         return {"id": self.id, "content": self.content, "single_word": self.single_word, "lstrip": self.lstrip,
                 "rstrip": self.rstrip, "normalized": self.normalized, "special": self.special}
+
+
+def assign_ids(tokens: list[AddedToken], model_vocab: dict[str, int]) -> list[AddedToken]:
+    """Ids as HF gives them when it reads tokenizer.json: the model vocab's id for a token it holds, else
+    the next id from len(model vocab) on, in file order (a file's own ids are only checked by HF, which
+    warns when they differ). A repeated content keeps its first id."""
+    out, seen = [], {}
+    next_id = len(model_vocab)
+    for t in tokens:
+        tid = seen.get(t.content, model_vocab.get(t.content))
+        if tid is None:
+            tid, next_id = next_id, next_id + 1
+        seen.setdefault(t.content, tid)
+        if tid != t.id:
+            warnings.warn(f"added token {t.content!r} is listed with id {t.id} but gets id {tid} (HF tokenizers "
+                          "assigns it the same way); the tokenizer.json is inconsistent", stacklevel=4)
+            t = dataclasses.replace(t, id=tid)
+        out.append(t)
+    return out
 
 
 Piece = tuple[NormalizedText, int | None]  # text still to tokenize (id None), or a matched added token

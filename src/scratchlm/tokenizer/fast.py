@@ -6,8 +6,10 @@ the adjacent pair whose concatenation has the lowest rank. With rank = token id 
     with a regex tiktoken splits identically (patterns.NEWLINE_SAFE: GPT-2, Llama-3, Qwen2);
   * the model is plain byte-level BPE (no byte_fallback, unk, prefix or suffix);
   * token ids grow with merge rank, and every token is a byte or a merge result (check_rank_order);
-  * whole-piece lookup changes nothing: ignore_merges=True (HF does the same lookup), or every token
-    is what the merges make of its own bytes (check_closure).
+  * merging by concatenation rank changes nothing: either ignore_merges=True (HF does the same whole-piece
+    lookup) and every split of a token into two tokens is a merge (check_all_splits_merge: vocabularies
+    converted from tiktoken ranks, as Llama-3's, are built so), or ignore_merges=False and every token is
+    what the merges make of its own bytes (check_closure: BPE-trained vocabularies, as GPT-2's).
 Special/added tokens never reach tiktoken (the pipeline cuts them out first). A vocabulary without
 some single bytes (SmolLM2 lacks 21) is fine: text containing a char that needs a missing byte is
 encoded by the reference path instead (HF drops such chars; tiktoken would fail).
@@ -60,6 +62,19 @@ def check_closure(model: Any, skip: set[int]) -> None:
             raise _refuse(f"token {i} ({s!r}) is not what the merges make of its own bytes")
 
 
+def check_all_splits_merge(model: Any, skip: set[int]) -> None:
+    """ValueError unless every way to write a token as two tokens is a merge (tiktoken joins any adjacent
+    pair whose concatenation is a token; HF only listed merges)."""
+    vocab, table = model.vocab, model._merges
+    for s, i in vocab.items():
+        if i in skip:
+            continue
+        for k in range(1, len(s)):
+            a, b = vocab.get(s[:k]), vocab.get(s[k:])
+            if a is not None and b is not None and (a, b) not in table:
+                raise _refuse(f"token {i} ({s!r}) is the concatenation of tokens {a} and {b}, which is not a merge")
+
+
 def present_bytes(model: Any) -> bytes | None:
     """The byte values the vocab has single tokens for, or None when it has all 256."""
     alphabet = bytes_to_unicode()
@@ -93,7 +108,9 @@ def tiktoken_encoder(tok: Any) -> TiktokenEncoder:
     check_model(model)
     added = set(tok.added.by_id)
     check_rank_order(model, added)
-    if not model.ignore_merges:
+    if model.ignore_merges:
+        check_all_splits_merge(model, added)
+    else:
         check_closure(model, added)
     ranks = {unicode_to_token(s): i for s, i in model.vocab.items() if i not in added and is_byte_level_text(s)}
     enc = tiktoken.Encoding(f"scratchlm-{len(ranks)}", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import regex
 
-from scratchlm.io_utils import atomic_write_text
+from scratchlm.io_utils import atomic_write_text, read_json_object
 from scratchlm.tokenizer.byte_level import GPT2_PATTERN, unicode_to_token
 
 META_FILE, VOCAB_FILE, MERGES_FILE = "scratchlm_tokenizer.json", "scratchlm_vocab.txt", "scratchlm_merges.txt"
@@ -86,7 +86,7 @@ def load_tokenizer(directory: str | Path) -> Parts:
         raise FileNotFoundError(
             f"no scratchlm tokenizer in {d} (missing {META_FILE}); train one with `scratchlm tokenizer train --out {d}`"
         )
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta = read_json_object(meta_path, f"no scratchlm tokenizer in {d}")  # corrupt JSON: an error naming the file
     if meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
         raise ValueError(f"{meta_path} is format {meta.get('format')!r} v{meta.get('version')}, expected {FORMAT_NAME!r} v{FORMAT_VERSION}")
     if meta.get("pattern") != GPT2_PATTERN:

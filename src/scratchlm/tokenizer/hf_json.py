@@ -18,7 +18,7 @@ from typing import Any
 
 from scratchlm.io_utils import atomic_write_text
 from scratchlm.tokenizer import decoders, normalizers, post_processors, pre_tokenizers
-from scratchlm.tokenizer.added_tokens import AddedToken
+from scratchlm.tokenizer.added_tokens import AddedToken, assign_ids
 from scratchlm.tokenizer.bpe import BPE
 from scratchlm.tokenizer.json_fields import UnsupportedTokenizerFeature
 
@@ -59,11 +59,12 @@ def parts_from_dict(d: Any) -> TokenizerParts:
     if d.get("version", "1.0") != "1.0":
         raise UnsupportedTokenizerFeature(f"tokenizer.json version {d['version']!r} is unknown (expected '1.0')")
     norm = normalizers.from_json(d.get("normalizer"))
+    model = _model(d["model"])
     added = [AddedToken.from_json(a, f"added_tokens[{n}]") for n, a in enumerate(d.get("added_tokens") or [])]
     return TokenizerParts(
-        model=_model(d["model"]), normalizer=norm, pre_tokenizer=pre_tokenizers.from_json(d.get("pre_tokenizer")),
+        model=model, normalizer=norm, pre_tokenizer=pre_tokenizers.from_json(d.get("pre_tokenizer")),
         post_processor=post_processors.from_json(d.get("post_processor")), decoder=decoders.from_json(d.get("decoder")),
-        added_tokens=added, truncation=d.get("truncation"), padding=d.get("padding"))
+        added_tokens=assign_ids(added, model.vocab), truncation=d.get("truncation"), padding=d.get("padding"))
 
 
 def parts_to_dict(p: TokenizerParts) -> dict:

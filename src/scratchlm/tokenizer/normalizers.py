@@ -122,17 +122,17 @@ class Replace:
         if not any(m for _, _, m in runs):
             return nt
         text = "".join(self.content if m else nt.text[s:e] for s, e, m in runs)
-        if all(e - s == len(self.content) for s, e, m in runs if m):
-            return nt.replaced(text)
+        if len(self.content) == 1 and all(e - s == 1 for s, e, m in runs if m):
+            return nt.replaced(text)  # one char for one char: every char keeps its span
         spans, new = nt.all_spans(), []
         for s, e, m in runs:
             if not m:
                 new.extend(spans[s:e])
-            elif e > s:
-                new.extend([(spans[s][0], spans[e - 1][1])] * len(self.content))
-            else:  # an empty match: the inserted text sits at the next char (or after the last one)
-                at = spans[s] if s < len(spans) else (spans[-1][1], spans[-1][1]) if spans else (nt.base, nt.base)
-                new.extend([at] * len(self.content))
+                continue
+            # HF aligns every inserted char with the char before the insertion point: the match's last
+            # char (an empty match: the char before it, or the start)
+            at = spans[e - 1] if e > 0 else (nt.base, nt.base)
+            new.extend([at] * len(self.content))
         return nt.rewritten(text, new)
 
     def decode_chain(self, tokens: list[str]) -> list[str]:

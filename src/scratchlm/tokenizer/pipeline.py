@@ -71,10 +71,6 @@ class Tokenizer:
         self.normalizer, self.pre_tokenizer = parts.normalizer, parts.pre_tokenizer
         self.post_processor, self.decoder = parts.post_processor, parts.decoder
         self.added = AddedVocabulary(parts.added_tokens, parts.normalizer)
-        for t in self.added.tokens:
-            mid = self.model.token_to_id(t.content)
-            if mid is not None and mid != t.id:
-                raise ValueError(f"added token {t.content!r} has id {t.id} but the model vocab gives it id {mid}")
         self.special_token_ids = {t.content: t.id for t in self.added.tokens if t.special}
         self.special_tokens = list(self.special_token_ids)
         self.surrogates = surrogates
@@ -173,9 +169,8 @@ class Tokenizer:
             for word in self._words(nt):
                 ids, spans = self.model.tokenize(word.text)
                 enc.ids.extend(ids)
-                if track:
-                    enc.offsets.extend(word.span(s, e) for s, e in spans)
-                    enc.tokens.extend(self.model.id_to_token(i) for i in ids)
+                enc.offsets.extend(word.span(s, e) for s, e in spans)
+                enc.tokens.extend(self.model.id_to_token(i) for i in ids)
         if track:
             enc.type_ids = [0] * len(enc.ids)
         return enc
@@ -189,8 +184,8 @@ class Tokenizer:
         """Text (and an optional second text) -> ids; added/special tokens in the text map to their ids.
         add_special_tokens=True applies the post-processor (e.g. BOS), like HF's default."""
         encs = [self._encode_one(t, False, False) for t in ([text] if pair is None else [text, pair])]
-        if self.post_processor is None and pair is None:
-            return encs[0].ids
+        if pair is None and (self.post_processor is None or not add_special_tokens):
+            return encs[0].ids  # without special tokens a post-processor leaves a single text's ids as they are
         return post_process(self.post_processor, encs, add_special_tokens).ids
 
     def prompt_ids(self, text: str) -> list[int]:

@@ -19,7 +19,8 @@ Files of an HF directory, read as transformers (v5) reads them:
 A named special token that tokenizer.json does not list as an added token is added as a special one
 (transformers does the same). add_bos_token / add_eos_token say what the post-processor adds with
 add_special_tokens=True (tokenizer.json decides; transformers ignores tokenizer_config's flags then).
-A directory with scratchlm's own tokenizer files loads too (no chat template: scratchlm's ChatML).
+A directory with scratchlm's own tokenizer files loads too (scratchlm's ChatML unless a
+tokenizer_config.json / chat_template.jinja beside them names a template).
 """
 
 from __future__ import annotations
@@ -175,17 +176,25 @@ def _read_templates(d: Path) -> str | dict[str, str] | None:
     return templates or None
 
 
-def load_pretrained_tokenizer(directory: str | Path, *, impl: str = "reference") -> PretrainedTokenizer:
-    """(a): the tokenizer, chat template and special tokens of a model directory (module docstring)."""
+def load_pretrained_tokenizer(directory: str | Path, *, impl: str = "reference",
+                              prefer_hf: bool = True) -> PretrainedTokenizer:
+    """(a): the tokenizer, chat template and special tokens of a model directory (module docstring).
+    With both tokenizer.json and scratchlm's files present, prefer_hf picks tokenizer.json."""
     d = Path(directory)
     if not d.is_dir():
         raise FileNotFoundError(f"model directory {d} does not exist")
-    if (d / formats.META_FILE).is_file():
-        tok = Tokenizer.load(d, impl=impl)
-        return PretrainedTokenizer(tok, None, SpecialTokens({}, {}), {})
-    if not (d / TOKENIZER_JSON).is_file():
+    has_hf, has_ours = (d / TOKENIZER_JSON).is_file(), (d / formats.META_FILE).is_file()
+    if not has_hf and not has_ours:
         raise FileNotFoundError(f"{d} has no tokenizer: neither tokenizer.json (HF) nor {formats.META_FILE} (scratchlm)")
     config = _read_json(d / TOKENIZER_CONFIG) or {}
+    if has_ours and not (has_hf and prefer_hf):
+        tok = Tokenizer.load(d, impl=impl)
+        names = {k: _content(v) for k, v in _named_tokens(config, None)[0].items()}
+        source = _template_source(config, _read_templates(d))
+        tok.chat_template = ChatTemplate(source, names) if source else None
+        tok.special_tokens_map = names
+        ids = {k: tok.token_to_id(v) for k, v in names.items() if tok.token_to_id(v) is not None}
+        return PretrainedTokenizer(tok, tok.chat_template, SpecialTokens(names, ids), config)
     return pretrained_from_json(read_tokenizer_json(d / TOKENIZER_JSON), config, chat_template=_read_templates(d),
                                 special_tokens_map=_read_json(d / SPECIAL_TOKENS_MAP), impl=impl)
 

@@ -8,14 +8,20 @@ OUT/checkpoint/ holds
     trainer_state.json                    step, tokens seen, data position, optimizer hyperparameters,
                                           python/numpy RNG, the TrainConfig (everything that is not a tensor)
     tokenizer files                       copied from TrainConfig.tokenizer_dir, when given
-Atomicity: everything is written into OUT/.checkpoint.tmp, then the old checkpoint is renamed to
-OUT/.checkpoint.old, the new one renamed into place, and the old one deleted. A crash at any
-moment leaves either a complete OUT/checkpoint or a complete OUT/.checkpoint.old (used by resume).
+Atomicity: everything is written into OUT/.checkpoint.tmp, then swapped with OUT/checkpoint in one
+step (Linux renameat2 RENAME_EXCHANGE; elsewhere the old one is renamed to OUT/.checkpoint.old first).
+The previous checkpoint is then kept as OUT/checkpoint-STEP (keep_last > 1: the newest keep_last - 1 of
+them are kept) or deleted. A crash at any moment leaves a complete OUT/checkpoint, or a complete
+OUT/.checkpoint.old or OUT/checkpoint-STEP, which `find_checkpoint` (resume) falls back to.
+Weights fingerprint: trainer_state.json records the SHA-256 of model.safetensors; resuming from a
+checkpoint whose weights file was replaced since (e.g. by `scratchlm convert --out ... --overwrite`)
+is refused instead of pairing new weights with the old optimizer moments.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import random
@@ -29,7 +35,7 @@ import torch
 from safetensors.torch import load_file, save
 
 from scratchlm.checkpoint import CONFIG_NAME, WEIGHTS_NAME, load_config, load_model, save_model
-from scratchlm.io_utils import atomic_write, atomic_write_text, read_json_object
+from scratchlm.io_utils import atomic_write, atomic_write_text, exchange_paths, read_json_object
 from scratchlm.model import TransformerLM
 
 STATE_JSON = "trainer_state.json"
@@ -46,18 +52,32 @@ class TrainerState:
     total_steps: int = 0  # the schedule's length (max_steps, or fixed from a time budget)
     data_position: dict[str, int] = field(default_factory=dict)  # SequentialBatches state
     last_val_loss: float | None = None
+    loss_ema: float = 0.0  # the divergence guard's running average (train/guard.py), not bias-corrected
+    loss_ema_steps: int = 0
 
 
 def checkpoint_path(out_dir: str | Path) -> Path:
     return Path(out_dir) / "checkpoint"
 
 
+def kept_checkpoints(out_dir: str | Path) -> list[Path]:
+    """OUT/checkpoint-STEP directories (keep_last > 1), oldest first."""
+    found = [p for p in Path(out_dir).glob("checkpoint-*") if p.name[11:].isdigit() and (p / STATE_JSON).exists()]
+    return sorted(found, key=lambda p: int(p.name[11:]))
+
+
 def find_checkpoint(out_dir: str | Path) -> Path | None:
-    """OUT/checkpoint, or OUT/.checkpoint.old if a crash hit between the two renames, else None."""
-    for p in (checkpoint_path(out_dir), Path(out_dir) / ".checkpoint.old"):
+    """OUT/checkpoint; after a crash between renames OUT/.checkpoint.old or the newest OUT/checkpoint-STEP."""
+    for p in (checkpoint_path(out_dir), Path(out_dir) / ".checkpoint.old", *reversed(kept_checkpoints(out_dir))):
         if (p / STATE_JSON).exists():
             return p
     return None
+
+
+def weights_fingerprint(ckpt: Path) -> str:
+    """SHA-256 of CKPT/model.safetensors."""
+    with open(ckpt / WEIGHTS_NAME, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def index_keyed(sd: dict[str, Any]) -> dict[str, Any]:
@@ -99,23 +119,25 @@ def rng_split() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
 
 def _write_state(tmp: Path, optimizer_state: dict[str, Any] | None, state: TrainerState,
                  train_config: dict[str, Any]) -> None:
+    """trainer_state.{safetensors,json} into `tmp` (after model.safetensors, whose fingerprint it records)."""
     opt_tensors, opt_meta = optimizer_split(optimizer_state) if optimizer_state is not None else ({}, None)
     rng_tensors, rng_meta = rng_split()
     blob = save({**opt_tensors, **rng_tensors}, metadata={"format": FORMAT})
     with atomic_write(tmp / STATE_TENSORS) as f:
         f.write(blob)
     meta = {"format": FORMAT, "trainer": dataclasses.asdict(state), "optimizer": opt_meta, "rng": rng_meta,
-            "train_config": train_config}
+            "weights_sha256": weights_fingerprint(tmp), "train_config": train_config}
     atomic_write_text(tmp / STATE_JSON, json.dumps(meta, indent=1) + "\n")
 
 
 def save_checkpoint(
     out_dir: str | Path, model: TransformerLM, optimizer_state: dict[str, Any] | None, state: TrainerState,
-    train_config: dict[str, Any], tokenizer_dir: str | Path | None = None,
+    train_config: dict[str, Any], tokenizer_dir: str | Path | None = None, keep_last: int = 1,
 ) -> Path:
     """Write the whole checkpoint into a temp dir, then swap it in (see module docstring).
 
-    optimizer_state: optimizer.state_dict() (index-keyed; see index_keyed for FSDP's name-keyed one)."""
+    optimizer_state: optimizer.state_dict() (index-keyed; see index_keyed for FSDP's name-keyed one).
+    keep_last: how many checkpoints to keep, this one included (older ones as OUT/checkpoint-STEP)."""
     out_dir = Path(out_dir)
     tmp = out_dir / ".checkpoint.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -126,20 +148,42 @@ def save_checkpoint(
             if f.is_file() and f.name not in (CONFIG_NAME, WEIGHTS_NAME, STATE_JSON, STATE_TENSORS):
                 with atomic_write(tmp / f.name) as dst:
                     dst.write(f.read_bytes())
-    return swap_in_checkpoint(out_dir)
+    return swap_in_checkpoint(out_dir, keep_last)
 
 
-def swap_in_checkpoint(out_dir: str | Path) -> Path:
-    """Make the complete OUT/.checkpoint.tmp the new OUT/checkpoint (module docstring: OUT/.checkpoint.old
-    holds the previous one between the two renames, and find_checkpoint falls back to it)."""
+def swap_in_checkpoint(out_dir: str | Path, keep_last: int = 1) -> Path:
+    """Make the complete OUT/.checkpoint.tmp the new OUT/checkpoint (module docstring: an atomic exchange,
+    or two renames with OUT/.checkpoint.old in between, which find_checkpoint falls back to); the replaced
+    one is kept as OUT/checkpoint-STEP when keep_last > 1."""
     out_dir = Path(out_dir)
     tmp, old, final = out_dir / ".checkpoint.tmp", out_dir / ".checkpoint.old", checkpoint_path(out_dir)
-    if final.exists():
+    if not final.exists():
+        os.replace(tmp, final)
+        previous = old if (old / STATE_JSON).exists() else None  # left by a crash between the two renames
+    elif exchange_paths(tmp, final):
+        previous = tmp  # now holds the checkpoint that was in place
+    else:
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)
-    os.replace(tmp, final)
+        os.replace(tmp, final)
+        previous = old
+    if previous is not None:
+        _keep_or_delete(out_dir, previous, keep_last)
     shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _keep_or_delete(out_dir: Path, previous: Path, keep_last: int) -> None:
+    """Keep the replaced checkpoint as OUT/checkpoint-STEP when keep_last > 1; prune beyond keep_last."""
+    if keep_last > 1:
+        kept = out_dir / f"checkpoint-{read_state_json(previous)['trainer']['step']}"
+        shutil.rmtree(kept, ignore_errors=True)
+        os.replace(previous, kept)
+    else:
+        shutil.rmtree(previous, ignore_errors=True)
+    kept_now = kept_checkpoints(out_dir)
+    for stale in kept_now[: max(0, len(kept_now) - (keep_last - 1))]:
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def read_state_json(ckpt: Path) -> dict[str, Any]:
@@ -159,6 +203,18 @@ def _check_same_model(ckpt: Path, model: TransformerLM) -> None:
         raise ValueError(
             f"cannot resume from {ckpt}: its model config differs from this run's in {diff} (checkpoint, now); "
             "resume with the same model settings or start a fresh run in another out_dir"
+        )
+
+
+def _check_fingerprint(ckpt: Path, meta: dict[str, Any]) -> None:
+    """Refuse weights that are not the ones this trainer state was saved with (module docstring)."""
+    saved = meta.get("weights_sha256")  # absent in checkpoints written before fingerprints
+    if saved and (ckpt / WEIGHTS_NAME).exists() and weights_fingerprint(ckpt) != saved:
+        raise ValueError(
+            f"cannot resume from {ckpt}: {WEIGHTS_NAME} is not the file this checkpoint saved (its SHA-256 "
+            "differs from trainer_state.json's weights_sha256; was it replaced, e.g. by `scratchlm convert`?). "
+            "Resuming would pair these weights with another model's optimizer state; start a fresh run in "
+            "another out_dir instead"
         )
 
 
@@ -204,6 +260,7 @@ def load_checkpoint(ckpt: str | Path, model: TransformerLM, optimizer: torch.opt
     ckpt = Path(ckpt)
     meta = read_state_json(ckpt)
     _check_same_model(ckpt, model)
+    _check_fingerprint(ckpt, meta)
     weights = load_model(ckpt).state_dict()
     if sharded is None:
         model.load_state_dict(weights)

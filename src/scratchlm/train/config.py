@@ -28,9 +28,9 @@ CHOICES = {
     "loss_impl": LOSS_IMPLS,
 }
 POSITIVE_INTS = ("batch_size", "seq_len", "grad_accum", "max_steps", "eval_interval", "eval_batches",
-                 "ckpt_interval", "log_interval")
+                 "ckpt_interval", "log_interval", "keep_last")
 NON_NEGATIVE = ("warmup_steps", "stop_at_step", "max_time_s", "min_lr", "weight_decay", "grad_clip", "z_loss",
-                "peak_gflops", "num_threads", "seed")
+                "peak_gflops", "num_threads", "seed", "spike_factor")
 
 
 @dataclass
@@ -73,6 +73,8 @@ class TrainConfig:
     eval_interval: int = 100
     eval_batches: int = 20
     ckpt_interval: int = 500
+    keep_last: int = 1  # checkpoints kept: OUT/checkpoint + the newest keep_last - 1 as OUT/checkpoint-STEP
+    spike_factor: float = 3.0  # divergence guard: stop when loss > factor x running average (0 = off)
     log_interval: int = 10
     peak_gflops: float = 0.0
     num_threads: int = 0
@@ -111,6 +113,9 @@ class TrainConfig:
                              f"got {self.decay_frac} and {self.label_smoothing}")
         if not self.eps > 0:
             raise ValueError(f"TrainConfig.eps must be > 0, got {self.eps}")
+        if 0 < self.spike_factor <= 1:
+            raise ValueError(f"TrainConfig.spike_factor must be > 1 (a multiple of the running loss) or 0 (off), "
+                             f"got {self.spike_factor}")
         if not isinstance(self.model, dict):
             raise ValueError(f"TrainConfig.model must be a dict of ModelConfig overrides, got {self.model!r}")
 

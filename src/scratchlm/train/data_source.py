@@ -56,6 +56,11 @@ class DataSource:
         for i in range(rank, per_rank * world, world):
             yield windows(self.val, starts[i * batch_size: (i + 1) * batch_size], self.seq_len)
 
+    def probe_batch(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fixed training windows, evenly spread over the train split: the divergence guard's probe batch."""
+        starts = np.linspace(0, len(self.train) - self.seq_len - 1, batch_size).astype(np.int64)
+        return windows(self.train, starts, self.seq_len)
+
     def position(self) -> dict[str, int]:
         return self.sequential.state_dict() if self.sequential is not None else {}
 

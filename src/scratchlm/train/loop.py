@@ -2,26 +2,31 @@
 
 One optimizer step s (0-based):
     lr_s = schedule(s);  for each micro-batch m: loss_m = CE(model(x_m), y_m) / A;  backward
-    n = ||g|| (clipped to grad_clip);  stop if loss or n is inf/NaN (nothing saved after the last good
-    checkpoint);  AdamW step with lr_s
-Everything a step depends on (lr, data windows) is a function of s and the checkpointed state, so
-N steps + resume + M steps gives bit-identical losses to N + M steps (on CPU).
+    (MoE models add moe_aux_loss_coef * the load-balancing loss to CE, train/moe_loss.py)
+    n = ||g|| (clipped to grad_clip);  the divergence guard (train/guard.py) stops the run if the loss or
+    n is inf/NaN or the loss spikes (nothing saved after the last good checkpoint);  AdamW step with lr_s
+Before every checkpoint the guard also checks the weights to save (finite, probe loss not spiking).
+Everything a step depends on (lr, data windows, the guard's running average) is a function of s and the
+checkpointed state, and the torch, Python and numpy RNGs are seeded from `seed` and checkpointed, so
+N steps + resume + M steps gives bit-identical losses and weights to N + M steps on CPU with the same
+number of torch threads (tested with 1 and 2; the embedding's backward is deterministic, see nn/embedding.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
+import random
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
-from tqdm import tqdm
 
 from scratchlm.config import get_preset
-from scratchlm.io_utils import atomic_write_text, check_output_path, claim_run_dir, release_replaced
+from scratchlm.io_utils import atomic_write_text, claim_run_dir, release_replaced
 from scratchlm.model import TransformerLM
 from scratchlm.model_stats import model_stats
 from scratchlm.train import distributed as D
@@ -31,14 +36,16 @@ from scratchlm.train.checkpoint import (
 from scratchlm.train.clip import clip_grad_norm, global_grad_norm
 from scratchlm.train.config import TrainConfig
 from scratchlm.train.data_source import DataSource, to_device
+from scratchlm.train.guard import DivergenceGuard, TrainingDiverged
 from scratchlm.train.losses import cross_entropy, perplexity
-from scratchlm.train.metrics import MetricsLog, measure_matmul_peak_gflops, mfu, plot_loss_curve
+from scratchlm.train.metrics import MetricsLog, PeakTracker, plot_loss_curve
+from scratchlm.train.moe_loss import load_balancing_loss
 from scratchlm.train.optim import build_optimizer
-from scratchlm.train.schedule import lr_at
+from scratchlm.train.progress import TrainProgress
+from scratchlm.train.resume import resumed_total_steps, schedule_lr
+from scratchlm.train.run_dir import check_fresh_out_dir
 
-
-class TrainingDiverged(ValueError):
-    """The loss or gradient norm became inf/NaN; the last good checkpoint was left untouched."""
+__all__ = ["TrainResult", "Trainer", "TrainingDiverged", "build_model", "train"]
 
 
 @dataclass
@@ -77,68 +84,63 @@ class Trainer:
             torch.set_num_threads(cfg.num_threads)
         self.out = Path(cfg.out_dir)
         if not resume and not claimed:  # a bad out_dir fails before any data or model is loaded
-            self._check_fresh_out_dir()
+            check_fresh_out_dir(cfg, overwrite)
         self.info = D.init_distributed(cfg.device)
         torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed)
         self.data = DataSource(cfg.train_data, cfg.val_data, cfg.val_fraction, cfg.seq_len, cfg.sampler, cfg.seed)
         self.raw_model = build_model(cfg, self.data.vocab_size).to(self.info.device)
         self.model = D.wrap_model(self.raw_model, self.info, cfg.fsdp)  # FSDP swaps in sharded parameters
         self.optimizer = build_optimizer(self.raw_model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
                                          cfg.optimizer_impl)
         self.metrics = MetricsLog(self.out / "metrics.jsonl", enabled=self.info.is_main)
+        dtype = torch.bfloat16 if cfg.dtype == "bf16" else torch.float32
+        self.peak = PeakTracker(cfg.peak_gflops, dtype, self.info.device)  # private RNG: before and after restore
         self.state = self._start_or_resume(resume)
+        self.guard = DivergenceGuard(cfg.spike_factor, self.state.loss_ema, self.state.loss_ema_steps)
+        self._last_batch: tuple[torch.Tensor, torch.Tensor] | None = None
         # compile=true compiles forward *and* loss as one graph: inductor fuses the (B*T, V) log-softmax
         # with the LM head's output instead of materialising fp32 logits (1.6x faster than compiling the
         # model alone in benchmarks/train_step.py)
-        self._train_loss = torch.compile(self._loss) if cfg.compile else self._loss
+        self._train_loss = torch.compile(self._training_loss) if cfg.compile else self._training_loss
         self.tokens_per_step = self.info.world_size * cfg.grad_accum * cfg.batch_size * cfg.seq_len
         self.flops_per_token = model_stats(self.raw_model, self.raw_model.config, cfg.seq_len).flops_per_token_train
-        dtype = torch.bfloat16 if cfg.dtype == "bf16" else torch.float32
-        self.peak = cfg.peak_gflops or measure_matmul_peak_gflops(dtype, self.info.device, seconds=0.3)
 
     def _start_or_resume(self, resume: bool) -> TrainerState:
-        ckpt = find_checkpoint(self.out)
         if resume:
-            if ckpt is None:
-                raise FileNotFoundError(f"--resume: no checkpoint in {self.out}/checkpoint; start without --resume")
-            sharded = self.model if self.cfg.fsdp and self.info.enabled else None
-            state = load_checkpoint(ckpt, self.raw_model, self.optimizer, sharded)
-            self.data.restore(state.data_position)
-            self.metrics.truncate_after(state.step)
-            return state
+            return self._resume()
         if not self.claimed:
-            self._claim_out_dir()
+            D.barrier(self.info)
+            if self.info.is_main:  # the previous contents (--overwrite) are moved aside, deleted on success
+                self.replaced = claim_run_dir(self.out, self.overwrite, "out_dir")
+            D.barrier(self.info)
         if self.info.is_main:
             self.metrics.truncate_after(-1)
             atomic_write_text(self.out / "train_config.json", json.dumps(self.cfg.to_dict(), indent=2) + "\n")
         return TrainerState(total_steps=self.cfg.max_steps)
 
-    def _check_fresh_out_dir(self) -> None:
-        """A fresh run needs a new or empty out_dir unless --overwrite (scratchlm.io_utils.check_output_path)."""
-        ckpt = find_checkpoint(self.out) if self.out.is_dir() else None
-        if ckpt is not None and not self.overwrite:
-            step = read_state_json(ckpt)["trainer"]["step"]
-            raise FileExistsError(f"out_dir {self.out} already holds a checkpoint at step {step}; pass --resume to "
-                                  "continue it, --overwrite to replace the run, or choose another out_dir "
-                                  "(nothing was changed)")
-        inside = [(k, v) for k in ("train_data", "val_data", "tokenizer_dir")
-                  if (v := getattr(self.cfg, k)) and self.out.resolve() in Path(v).resolve().parents]
-        if inside and self.overwrite:
-            raise ValueError(f"{inside[0][0]} {inside[0][1]} lies inside out_dir {self.out}, which --overwrite "
-                             "would delete; move it out or choose another out_dir")
-        check_output_path(self.out, "dir", self.overwrite, "out_dir")  # every rank fails alike
-
-    def _claim_out_dir(self) -> None:
-        """Make out_dir this run's own (claim_run_dir on rank 0: the previous contents moved aside)."""
-        D.barrier(self.info)
+    def _resume(self) -> TrainerState:
+        """Load OUT/checkpoint; a changed schedule is extended as train/resume.py says (note on stderr)."""
+        ckpt = find_checkpoint(self.out)
+        if ckpt is None:
+            raise FileNotFoundError(f"--resume: no checkpoint in {self.out}/checkpoint; start without --resume")
+        saved = read_state_json(ckpt)["train_config"]
+        sharded = self.model if self.cfg.fsdp and self.info.enabled else None
+        state = load_checkpoint(ckpt, self.raw_model, self.optimizer, sharded)
+        state.total_steps, note = resumed_total_steps(saved, self.cfg, state.step, state.total_steps, str(ckpt))
         if self.info.is_main:
-            self.replaced = claim_run_dir(self.out, self.overwrite, "out_dir")
-        D.barrier(self.info)
+            if note:
+                print(note, file=sys.stderr)
+            elif state.step >= min(self.cfg.stop_at_step or state.total_steps, state.total_steps):
+                print(f"resume: {ckpt} is already at step {state.step} of {state.total_steps}; nothing to train "
+                      f"(pass --max_steps greater than {state.step} to extend the run)", file=sys.stderr)
+        self.data.restore(state.data_position)
+        self.metrics.truncate_after(state.step)
+        return state
 
     def lr(self, step: int) -> float:
-        total = self.state.total_steps
-        return lr_at(self.cfg.schedule, step, self.cfg.lr, self.cfg.min_lr, min(self.cfg.warmup_steps, total),
-                     total, self.cfg.decay_frac)
+        return schedule_lr(self.cfg, step, self.state.total_steps)
 
     def _autocast(self):
         return torch.autocast(self.info.device.type, dtype=torch.bfloat16, enabled=self.cfg.dtype == "bf16")
@@ -149,6 +151,17 @@ class Trainer:
         return cross_entropy(logits, y, label_smoothing=self.cfg.label_smoothing, z_loss=self.cfg.z_loss,
                              reduction=reduction, impl=self.cfg.loss_impl)
 
+    def _training_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The optimised loss: cross entropy, plus moe_aux_loss_coef * the load-balancing loss for MoE models."""
+        config = self.raw_model.config
+        if config.moe_num_experts == 0 or config.moe_aux_loss_coef == 0:
+            return self._loss(x, y)
+        with self._autocast():
+            logits, router_logits = self.model(x, return_router_logits=True)  # (B, T, V), per MoE layer (B T, E)
+        ce = cross_entropy(logits, y, label_smoothing=self.cfg.label_smoothing, z_loss=self.cfg.z_loss,
+                           impl=self.cfg.loss_impl)
+        return ce + config.moe_aux_loss_coef * load_balancing_loss(router_logits, config.moe_top_k)
+
     def train_step(self, step: int) -> tuple[float, float, float]:
         """One optimizer step; returns (mean loss over ranks, grad norm, lr)."""
         cfg, lr = self.cfg, self.lr(step)
@@ -157,6 +170,7 @@ class Trainer:
         total = torch.zeros((), device=self.info.device)
         batches = list(self.data.step_batches(step, cfg.batch_size, cfg.grad_accum, self.info.rank,
                                               self.info.world_size))
+        self._last_batch = batches[0]  # the divergence guard's probe before a save
         for m, batch in enumerate(batches):
             x, y = to_device(batch, self.info.device)
             sync = m == len(batches) - 1 or not hasattr(self.model, "no_sync")
@@ -167,13 +181,11 @@ class Trainer:
         params = list(self.raw_model.parameters())
         norm = clip_grad_norm(params, cfg.grad_clip) if cfg.grad_clip > 0 else global_grad_norm(params)
         loss_value = float(D.all_reduce_mean(total, self.info))
-        if not (math.isfinite(loss_value) and math.isfinite(float(norm))):
+        try:
+            self.guard.check_step(step, loss_value, float(norm), lr, self._last_checkpoint())
+        except TrainingDiverged:
             self.optimizer.zero_grad(set_to_none=True)
-            raise TrainingDiverged(
-                f"training diverged at step {step + 1}: loss={loss_value}, grad_norm={float(norm)} (lr={lr:.3g}); "
-                f"stopped without saving, the last good checkpoint in {self.out / 'checkpoint'} is intact. Lower lr, "
-                "keep grad_clip > 0, or train in fp32, then --resume"
-            )
+            raise
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss_value, float(norm), lr
@@ -193,14 +205,36 @@ class Trainer:
         sums = D.all_reduce_mean(sums, self.info)
         return float(sums[0] / sums[1])
 
+    @torch.no_grad()
+    def _probe_loss(self) -> float:
+        """Loss of the current weights on the last step's first micro-batch (each rank its own; averaged):
+        the data the last update was computed on, so a blow-up by that update shows there first."""
+        model = self.model if self.cfg.fsdp else self.raw_model
+        batch = self._last_batch if self._last_batch is not None else self.data.probe_batch(self.cfg.batch_size)
+        x, y = to_device(batch, self.info.device)
+        return float(D.all_reduce_mean(self._loss(x, y, model=model).float(), self.info))
+
+    def _weights_finite(self) -> bool:
+        local = [p.to_local() if hasattr(p, "to_local") else p for p in self.raw_model.parameters()]  # FSDP shards
+        ok = torch.stack([p.detach().isfinite().all() for p in local]).all().float()
+        return bool(D.all_reduce_mean(ok, self.info) == 1)
+
+    def _last_checkpoint(self) -> str | None:
+        ckpt = find_checkpoint(self.out)
+        return str(ckpt) if ckpt is not None else None
+
     def save(self) -> Path:
-        """Checkpoint on rank 0 (FSDP: every rank takes part in gathering the full weights)."""
+        """Checkpoint on rank 0 (FSDP: every rank takes part in gathering the full weights), after the
+        divergence guard passed the weights (train/guard.py)."""
+        self.guard.check_before_save(self.state.step, self._weights_finite(), self._probe_loss(),
+                                     self._last_checkpoint())
+        self.state.loss_ema, self.state.loss_ema_steps = self.guard.ema, self.guard.n
         self.state.data_position = self.data.position()
         model = self._full_model()
         optimizer_state = self._full_optimizer_state()
         if self.info.is_main:
             save_checkpoint(self.out, model, optimizer_state, self.state, self.cfg.to_dict(),
-                            self.cfg.tokenizer_dir or None)
+                            self.cfg.tokenizer_dir or None, keep_last=self.cfg.keep_last)
         D.barrier(self.info)
         return self.out / "checkpoint"
 
@@ -241,13 +275,15 @@ class Trainer:
         flag = torch.tensor(float(time.perf_counter() - t0 > self.cfg.max_time_s), device=self.info.device)
         return bool(D.all_reduce_mean(flag, self.info) > 0)
 
-    def _log(self, step: int, loss: float, norm: float, lr: float, tok_s: float, elapsed: float, bar) -> None:
-        util = mfu(tok_s, self.flops_per_token, self.peak)
+    def _log(self, step: int, loss: float, norm: float, lr: float, tok_s: float, elapsed: float,
+             bar: TrainProgress) -> None:
+        util = self.peak.mfu(tok_s, self.flops_per_token)
         self.metrics.write({"step": step, "loss": loss, "lr": lr, "grad_norm": norm, "tok_s": round(tok_s, 1),
-                            "mfu": round(util, 4), "tokens": self.state.tokens_seen, "elapsed_s": round(elapsed, 2)})
-        bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tok_s:,.0f}", mfu=f"{100 * util:.1f}%")
+                            "mfu": round(util, 4), "peak_gflops": round(self.peak.peak, 1),
+                            "tokens": self.state.tokens_seen, "elapsed_s": round(elapsed, 2)})
+        bar.show(loss=f"{loss:.4f}", tok_s=f"{tok_s:,.0f}", mfu=f"{100 * util:.1f}%")
 
-    def _eval_and_log(self, step: int, bar, elapsed: float) -> None:
+    def _eval_and_log(self, step: int, bar: TrainProgress, elapsed: float) -> None:
         val = self.evaluate()
         self.state.last_val_loss = val
         self.metrics.write({"step": step, "val_loss": val, "val_ppl": perplexity(val), "elapsed_s": round(elapsed, 2)})
@@ -257,28 +293,27 @@ class Trainer:
         """Train from state.step to total_steps (or stop_at_step / max_time_s); checkpoint and plot."""
         cfg = self.cfg
         stop = cfg.stop_at_step or self.state.total_steps
-        bar = tqdm(total=self.state.total_steps, initial=self.state.step, desc="train", dynamic_ncols=True,
-                   disable=not (cfg.progress and self.info.is_main))
+        budget_fixed = not cfg.max_time_s or self.state.step > 0
+        bar = TrainProgress(self.state.total_steps, self.state.step, None if budget_fixed else cfg.max_time_s,
+                            cfg.progress and self.info.is_main)
         t0 = t_log = time.perf_counter()
         first, n_log, loss, t5 = self.state.step, 0, None, t0
-        budget_fixed = not cfg.max_time_s or self.state.step > 0
         refine_at = None
         while self.state.step < min(stop, self.state.total_steps):
             step = self.state.step
             loss, norm, lr = self.train_step(step)
             self.state.step, self.state.tokens_seen = step + 1, self.state.tokens_seen + self.tokens_per_step
-            bar.update(1)
             n_log += 1
             done = self.state.step
             if done - first == 5:
                 t5 = time.perf_counter()  # step times after the first, slower steps
             if not budget_fixed and (done - first == 25 or done == self.state.total_steps):
                 self._fix_budget(max(1, done - first - 5), time.perf_counter() - (t5 if done - first > 5 else t0))
-                bar.total, budget_fixed = self.state.total_steps, True
-                refine_at = done + max(25, self.state.total_steps // 5)
+                budget_fixed, refine_at = True, done + max(25, self.state.total_steps // 5)
             elif refine_at is not None and done == refine_at and done < self.state.total_steps:
                 self._fix_budget(done - first - 5, time.perf_counter() - t5)
-                bar.total, refine_at = self.state.total_steps, None
+                refine_at = None
+            bar.advance(done, self.state.total_steps, time.perf_counter() - t0)
             final = done >= min(stop, self.state.total_steps) or self._should_stop_for_time(t0)
             if done % cfg.log_interval == 0 or final:
                 now = time.perf_counter()

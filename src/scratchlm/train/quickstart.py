@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from scratchlm.checkpoint import load_model
+from scratchlm.config import get_preset
 from scratchlm.data.corpus import default_corpus, load_corpus
 from scratchlm.data.batches import train_val_split
 from scratchlm.data.token_file import open_token_file, write_token_file
 from scratchlm.io_utils import atomic_write_text, claim_run_dir, release_replaced
 from scratchlm.train.loop import train
 from scratchlm.train.losses import bits_per_byte
+from scratchlm.train.config import TrainConfig
 from scratchlm.train.presets import get_train_preset
 
 PROMPTS = ("def ", "The ", "import ", "class ")
@@ -72,6 +74,21 @@ def sample(checkpoint: Path, prompts: tuple[str, ...] = PROMPTS, max_new_tokens:
     return {p: p + tok.decode(o) for p, o in zip(prompts, outs)}
 
 
+def _check_args(data: str | None, minutes: float, vocab_size: int, max_bytes: int) -> None:
+    """One-line errors for quickstart's own arguments, before anything is written."""
+    from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS
+
+    if data is not None and not Path(data).exists():
+        raise FileNotFoundError(f"--data {data} does not exist; give a .txt/.jsonl file or a directory of them")
+    if not minutes > 0:
+        raise ValueError(f"--minutes must be > 0, got {minutes}")
+    if vocab_size <= 256 + len(DEFAULT_SPECIAL_TOKENS):
+        raise ValueError(f"--vocab-size {vocab_size} leaves no merges: it must exceed 256 bytes + "
+                         f"{len(DEFAULT_SPECIAL_TOKENS)} special tokens")
+    if max_bytes <= 0:
+        raise ValueError(f"--max-bytes must be positive, got {max_bytes}")
+
+
 def quickstart(
     out_dir: str | Path = "runs/quickstart", /, data: str | None = None, minutes: float = 3.0, vocab_size: int = 2048,
     max_bytes: int = 4_000_000, overwrite: bool = False, progress: bool = True, **overrides: Any,
@@ -84,13 +101,16 @@ def quickstart(
         raise ValueError(f"quickstart sets {clash} itself; use {', '.join(owned[k] for k in clash)} instead "
                          "(other TrainConfig fields can be overridden as --key=value)")
     out = Path(out_dir)
-    if data is not None and not Path(data).exists():
-        raise FileNotFoundError(f"--data {data} does not exist; give a .txt/.jsonl file or a directory of them")
+    _check_args(data, minutes, vocab_size, max_bytes)
+
+    def config(vocab: int) -> TrainConfig:
+        return get_train_preset("quickstart", train_data=str(out / "tokens.bin"), tokenizer_dir=str(out / "tokenizer"),
+                                out_dir=str(out), max_time_s=minutes * 60, progress=progress,
+                                **{"model.vocab_size": vocab}, **overrides)
+
+    get_preset(config(vocab_size).model_preset, **config(vocab_size).model)  # bad overrides fail before any write
     replaced = claim_run_dir(out, overwrite)  # refuses a non-empty --out unless overwrite (scratchlm.io_utils)
-    vocab = build_tokens(out, data, max_bytes, vocab_size, progress)
-    cfg = get_train_preset("quickstart", train_data=str(out / "tokens.bin"), tokenizer_dir=str(out / "tokenizer"),
-                           out_dir=str(out), max_time_s=minutes * 60, progress=progress, **{"model.vocab_size": vocab},
-                           **overrides)
+    cfg = config(build_tokens(out, data, max_bytes, vocab_size, progress))
     result = train(cfg, claimed=True)
     bpb = val_bits_per_byte(result.val_loss, out, cfg.val_fraction) if result.val_loss is not None else None
     samples = sample(result.checkpoint)

@@ -283,6 +283,10 @@ class JsonMachine:
             return any(len(lits[i]) == lex[4] for i in lex[3])
         return False
 
+    def forget(self) -> None:
+        """Drop the memoised costs (they are recomputed on demand)."""
+        self._costs = {}
+
     def cost(self, state: State) -> int:
         hit = self._costs.get(state)
         if hit is None:

@@ -20,12 +20,14 @@ from dataclasses import dataclass
 
 import torch
 
-from scratchlm.generate.constrained.json_machine import JsonMachine, State
+from scratchlm.generate.constrained.json_machine import WS_MAX, JsonMachine, State
 from scratchlm.generate.constrained.schema import Grammar
 from scratchlm.generate.constrained.vocab_index import VocabIndex
 
 MAX_SPECS = 4096  # cached states per grammar before the caches are cleared
+MAX_STATES = 200_000  # memoised transitions' states, likewise
 MAX_FULL = 256  # cached full masks per grammar
+WS_GAPS = ("val", "key", "colon", "next", "arr0")  # lex states whose last field counts whitespace
 
 
 @dataclass
@@ -73,10 +75,11 @@ class GrammarMasks:
         hit = self._specs.get(state)
         if hit is not None:
             return hit
-        if len(self._specs) >= MAX_SPECS:
+        if len(self._specs) >= MAX_SPECS or len(self._trans) >= MAX_STATES:  # bounded memory: start over
             self._specs.clear()
             self._trans.clear()
             self._full.clear()
+            self.machine.forget()
         stack, lex = state
         if lex[0] == "str" and lex[2] == 0:  # string content: plain set + the tokens that reach a quote
             ids, costs = self._walk_tokens(state, self.index.quoted(lex[3]))
@@ -120,6 +123,9 @@ class GrammarMasks:
 
     def allowed(self, state: State, budget: int) -> torch.Tensor:
         """(V,) bool: the tokens allowed after `state` with `budget` tokens left after this one."""
+        stack, lex = state
+        if lex[0] in WS_GAPS and lex[-1]:  # k whitespace bytes into a gap: the k = 0 mask, minus long runs
+            return self.allowed((stack, lex[:-1] + (0,)), budget) & (self.index.lead_ws <= WS_MAX - lex[-1])
         spec = self.spec(state)
         if budget >= spec.max_cost:
             full = self._full.get(state)

@@ -11,6 +11,9 @@
                  bool tensor, one per pending-continuation class u (at most 8), computed on first use.
     quoted[u]    the tokens that reach a '"' or '\\' with only string content before it: the only other
                  tokens a string state may allow; they are walked one by one through the automaton.
+    lead_ws      the leading whitespace bytes of every token: a state k whitespace bytes into a gap allows
+                 what the same state at 0 allows, minus the tokens whose leading whitespace would pass WS_MAX
+                 (so the whitespace counter does not multiply the states whose masks are computed).
 Special tokens (chat markers, end of text) are never in the trie: the constraint allows the stop
 tokens itself, when the text is complete.
 """
@@ -64,6 +67,8 @@ class VocabIndex:
             for b in data:
                 node = node[0].setdefault(b, ({}, []))
             node[1].append(i)
+        # leading whitespace bytes of each token (all of them for a whitespace-only token)
+        self.lead_ws = torch.tensor([len(d) - len(d.lstrip(b" \t\n\r")) if d else 0 for d in tokens], dtype=torch.long)
         self._plain: dict[Pending, torch.Tensor] = {}
         self._tail: dict[Pending, torch.Tensor] = {}
         self._quoted: dict[Pending, list[int]] = {}

@@ -1,0 +1,75 @@
+"""Prefill: the prompt's forward pass into the KV cache, in the model's precision or through a bf16 copy.
+
+    "model"  model(ids (B, P), positions, mask, cache) -> last logits (B, V): the reference path
+    "bf16"   the first P - 1 tokens through a bf16 copy of the model (made once per model, rebuilt after
+             weight updates) into a bf16 scratch cache widened into the model's cache slots, then the last
+             token through the model itself. A prompt is compute bound (2 * params FLOPs per token), and
+             the CPU's bf16 matmul units (AVX512-BF16 / AMX through oneDNN) run ~2-3x the fp32 rate. The
+             cost is bf16 rounding in the prompt's cached K/V (the last position's own activations stay
+             in the model's dtype: a whole-bf16 prompt flipped SmolLM2's first answer token); tests
+             bound the logit error, benchmarks/real_decode.py reports greedy agreement with HF fp32.
+Only an fp32 model on CPU has a "bf16" prefill to gain; other models take the "model" path.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import weakref
+
+import torch
+
+from scratchlm.model import TransformerLM
+from scratchlm.nn.kv_cache import KVCache
+
+PREFILL_MODES = ("model", "bf16")
+
+
+@functools.cache
+def _bf16_copies() -> weakref.WeakKeyDictionary:
+    """model -> (weight versions, its bf16 copy)."""
+    return weakref.WeakKeyDictionary()
+
+
+def bf16_copy(model: TransformerLM) -> TransformerLM:
+    """A bf16 copy of `model` (cached; re-made when any weight changed in place)."""
+    versions = tuple(p._version for p in model.parameters())
+    hit = _bf16_copies().get(model)
+    if hit is None or hit[0] != versions:
+        shadow = copy.deepcopy(model).to(torch.bfloat16).eval()
+        if hasattr(shadow, "quantized_weights"):
+            del shadow.quantized_weights  # the copy is bf16: its blocks would not describe it
+        hit = _bf16_copies()[model] = (versions, shadow)
+    return hit[1]
+
+
+def prefill(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+            cache: KVCache, mode: str = "model") -> torch.Tensor:
+    """Run the prompt ids (B, P) into cache slots [s, s + P); returns the last position's logits (B, V)."""
+    if mode not in PREFILL_MODES:
+        raise ValueError(f"unknown prefill mode {mode!r}; valid: {PREFILL_MODES}")
+    dtype = model.lm_head.weight.dtype
+    if mode == "model" or dtype != torch.float32 or model.lm_head.weight.device.type != "cpu":
+        return model(ids, positions, mask, cache, logits_to_keep=1)[:, -1]
+    b, p = ids.shape
+    if p > 1:  # all but the last prompt token through the bf16 copy, into the cache
+        bf16_into(model, ids[:, :-1], positions[:, :-1], None if mask is None else mask[:, :-1], cache)
+    # the last token (whose logits choose the first new token) through the model itself, in its dtype
+    return model(ids[:, -1:], positions[:, -1:], mask, cache, logits_to_keep=1)[:, -1]
+
+
+def bf16_into(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+              cache: KVCache) -> None:
+    """ids (B, P) through the model's bf16 copy; its K/V widened into cache slots [s, s + P)."""
+    shadow = bf16_copy(model)
+    b, p = ids.shape
+    s = cache.seq_len
+    scratch = shadow.new_kv_cache(b, max_seq_len=s + p)
+    if s:  # a continued prompt attends to what the cache already holds
+        scratch.k[:, :, :, :s] = cache.k[:, :, :, :s]
+        scratch.v[:, :, :, :s] = cache.v[:, :, :, :s]
+        scratch.seq_len = s
+    shadow(ids, positions, mask, scratch, logits_to_keep=1)
+    cache.k[:, :, :, s: s + p] = scratch.k[:, :, :, s: s + p]  # (L, B, KvH, P, Hd) widened to the cache dtype
+    cache.v[:, :, :, s: s + p] = scratch.v[:, :, :, s: s + p]
+    cache.advance(p)

@@ -1,0 +1,215 @@
+// A whole one-token decode step of a pre-norm Llama-family model (RMSNorm, RoPE, GQA, SwiGLU) in C++:
+// FastDecoder.step's math (generate/fast_decode.py) without the ~35 Python-dispatched torch ops per
+// layer, the matrices in any gemv.h format. Per layer, for every row b of the batch:
+//   xn  = x * rsqrt(sum(x^2) / D + eps)                    (the norm gain lives in the next matrix)
+//   qkv = Wqkv(xn)                                         (q rows carry 1/sqrt(Hd))
+//   q, k = q * cos + rot(q) * sin, k likewise              (rot: (a, b) -> (-b, a) over the style's pairs)
+//   cache[l, b, :, s] = k, v
+//   a_h = softmax_t(q_h . k_t + mask_t) v_t  over slots t <= s, KV head h / G (GQA)
+//   x = x + Wo(a);  xn = norm(x);  [g | u] = Wgu(xn);  x = x + Wdown(silu(g) * u)
+// then logits = Whead(norm(x)). Each `Linear` is y = ((x * in_scale) W^T) * out_scale + bias, exactly as
+// the PackedLinear it mirrors.
+
+#pragma once
+
+#include <torch/extension.h>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "gemv.h"
+
+namespace scratchlm {
+
+inline const float* opt_ptr(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+
+// a . b over n floats (16-lane partial sums where the kernels have AVX-512: a scalar fp32 loop is one
+// long dependency chain the compiler may not reorder).
+inline float dot_product(const float* a, const float* b, int64_t n) {
+  int64_t j = 0;
+  float tail = 0.f;
+#ifdef SCRATCHLM_AVX512
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (; j + 32 <= n; j += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 16), _mm512_loadu_ps(b + j + 16), acc1);
+  }
+  for (; j + 16 <= n; j += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), acc0);
+  tail = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#endif
+  for (; j < n; ++j) tail += a[j] * b[j];
+  return tail;
+}
+
+struct Linear {
+  torch::Tensor w, in_scale, out_scale, bias;  // kept alive here; undefined when absent
+  MatrixRef ref;
+
+  Linear(int format, torch::Tensor w_, int64_t N, int64_t K, std::optional<torch::Tensor> in,
+         std::optional<torch::Tensor> out, std::optional<torch::Tensor> b)
+      : w(w_.contiguous()), in_scale(vec(in, K)), out_scale(vec(out, N)), bias(vec(b, N)) {
+    ref = MatrixRef{format, w.data_ptr(), N, K, opt_ptr(out_scale), opt_ptr(bias)};
+    TORCH_CHECK(w.numel() * w.element_size() == N * ref.row_bytes(), "weight bytes do not match (", N, ", ", K, ")");
+    TORCH_CHECK(K % (format == F32 || format == BF16 ? 16 : QK) == 0, "K = ", K, " is not a multiple of the format's block");
+  }
+
+  static torch::Tensor vec(const std::optional<torch::Tensor>& t, int64_t n) {
+    if (!t.has_value()) return torch::Tensor();
+    TORCH_CHECK(t->numel() == n, "expected a vector of ", n, " values, got ", t->numel());
+    return t->to(torch::kFloat32).contiguous();
+  }
+
+  // y (B, N) = this(x (B, K)) (+ residual (B, N), which must not alias y); scratch holds x * in_scale.
+  void apply(const float* x, float* y, int64_t B, const float* residual, std::vector<float>& scratch) const {
+    if (in_scale.defined()) {
+      const float* g = in_scale.data_ptr<float>();
+      scratch.resize(B * ref.K);
+      for (int64_t i = 0; i < B * ref.K; ++i) scratch[i] = x[i] * g[i % ref.K];
+      x = scratch.data();
+    }
+    ref.matvec(x, y, B, residual);
+  }
+};
+
+struct LlamaStep {
+  torch::Tensor embed, cos, sin;  // embed (V, D); cos, sin (T_max, Hd) in the style's layout
+  int64_t H, KvH, Hd;
+  float eps;
+  bool half_style;
+  std::vector<std::vector<Linear>> layers;  // per layer: qkv, o, gate|up, down
+  Linear head;
+  std::vector<int64_t> windows;  // per layer: sliding window W (attend slots [S - W, S)), or -1
+
+  LlamaStep(torch::Tensor embed_, torch::Tensor cos_, torch::Tensor sin_, int64_t H_, int64_t KvH_, int64_t Hd_,
+            double eps_, bool half_, std::vector<std::vector<Linear>> layers_, Linear head_,
+            std::vector<int64_t> windows_)
+      : embed(embed_.contiguous()), cos(cos_.contiguous()), sin(sin_.contiguous()), H(H_), KvH(KvH_), Hd(Hd_),
+        eps(static_cast<float>(eps_)), half_style(half_), layers(std::move(layers_)), head(std::move(head_)),
+        windows(std::move(windows_)) {
+    TORCH_CHECK(embed.scalar_type() == torch::kFloat32 && cos.scalar_type() == torch::kFloat32, "fp32 tables expected");
+    TORCH_CHECK(windows.size() == layers.size(), "one window (or -1) per layer");
+    TORCH_CHECK(cos.dim() == 2 && cos.size(1) == Hd && sin.sizes() == cos.sizes(), "cos/sin must be (T_max, Hd)");
+    for (const auto& l : layers) TORCH_CHECK(l.size() == 4, "a layer is (qkv, o, gate|up, down)");
+  }
+
+  void rms(const float* x, float* out, int64_t B, int64_t D) const {
+    for (int64_t b = 0; b < B; ++b) {
+      const float ss = dot_product(x + b * D, x + b * D, D);
+      const float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+      for (int64_t i = 0; i < D; ++i) out[b * D + i] = x[b * D + i] * r;
+    }
+  }
+
+  // v (Hd) <- v * cos + rot(v) * sin at one position.
+  void rope(float* v, const float* c, const float* s, float* tmp) const {
+    const int64_t half = Hd / 2;
+    for (int64_t j = 0; j < Hd; ++j) {
+      float r;
+      if (half_style) r = j < half ? -v[j + half] : v[j - half];
+      else r = (j % 2 == 0) ? -v[j + 1] : v[j - 1];
+      tmp[j] = v[j] * c[j] + r * s[j];
+    }
+    std::memcpy(v, tmp, Hd * sizeof(float));
+  }
+
+  // att (B, H * Hd) = softmax(q k^T + mask) v over slots [lo, S) of layer l's cache.
+  // The caches' batch rows are `bstride` floats apart (a view of a larger slot cache is fine).
+  void attend(const float* q, const float* kc, const float* vc, const bool* mask, float* att, int64_t B, int64_t S,
+              int64_t T, int64_t lo, int64_t bstride) const {
+    const int64_t G = H / KvH;
+    at::parallel_for(0, B * H, 1, [&](int64_t i0, int64_t i1) {
+      std::vector<float> p(S);
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t b = i / H, h = i % H;
+        const float* qh = q + (b * H + h) * Hd;
+        const float* keys = kc + b * bstride + (h / G) * T * Hd;
+        const float* vals = vc + b * bstride + (h / G) * T * Hd;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t t = lo; t < S; ++t) {
+          const float dot = dot_product(qh, keys + t * Hd, Hd);
+          p[t] = (mask && !mask[b * S + t]) ? -std::numeric_limits<float>::infinity() : dot;
+          mx = std::max(mx, p[t]);
+        }
+        float sum = 0.f;
+        for (int64_t t = lo; t < S; ++t) sum += (p[t] = std::exp(p[t] - mx));
+        float* out = att + (b * H + h) * Hd;
+        std::fill(out, out + Hd, 0.f);
+        for (int64_t t = lo; t < S; ++t) {
+          const float w = p[t] / sum;
+          for (int64_t j = 0; j < Hd; ++j) out[j] += w * vals[t * Hd + j];
+        }
+      }
+    });
+  }
+
+  // tokens (B,) int64, positions (B,) int64, key_mask (B, s + 1) bool or None, k/v caches
+  // (L, B, KvH, T_max, Hd) fp32, s = the slot to write -> logits (B, V) fp32.
+  torch::Tensor step(torch::Tensor tokens, torch::Tensor positions, std::optional<torch::Tensor> key_mask,
+                     torch::Tensor kcache, torch::Tensor vcache, int64_t s) const {
+    const int64_t B = tokens.size(0), D = embed.size(1), L = static_cast<int64_t>(layers.size());
+    const int64_t T = kcache.size(3), S = s + 1, QKV = (H + 2 * KvH) * Hd;
+    TORCH_CHECK(kcache.scalar_type() == torch::kFloat32 && vcache.scalar_type() == torch::kFloat32 &&
+                    kcache.sizes() == torch::IntArrayRef({L, B, KvH, T, Hd}) && vcache.sizes() == kcache.sizes() &&
+                    kcache.strides() == vcache.strides() && kcache.stride(4) == 1 && kcache.stride(3) == Hd &&
+                    kcache.stride(2) == T * Hd,
+                "the KV caches must be fp32 (L, B, KvH, T_max, Hd), contiguous within a batch row");
+    const int64_t lstride = kcache.stride(0), bstride = kcache.stride(1);
+    TORCH_CHECK(s < T, "KV cache overflow: slot ", s, " >= capacity ", T);
+    torch::Tensor mask_t = key_mask.has_value() ? key_mask->to(torch::kBool).contiguous() : torch::Tensor();
+    TORCH_CHECK(!mask_t.defined() || mask_t.sizes() == torch::IntArrayRef({B, S}), "key_mask must be (B, s + 1)");
+    const bool* mask = mask_t.defined() ? mask_t.data_ptr<bool>() : nullptr;
+    auto tok = tokens.to(torch::kInt64).contiguous(), pos = positions.to(torch::kInt64).contiguous();
+    const int64_t* tp = tok.data_ptr<int64_t>();
+    const int64_t* pp = pos.data_ptr<int64_t>();
+    std::vector<float> x(B * D), x2(B * D), xn(B * D), qkv(B * QKV), q(B * H * Hd), att(B * H * Hd), scratch, tmp(Hd);
+    for (int64_t b = 0; b < B; ++b) {
+      TORCH_CHECK(tp[b] >= 0 && tp[b] < embed.size(0), "token id ", tp[b], " out of range");
+      TORCH_CHECK(pp[b] >= 0 && pp[b] < cos.size(0), "position ", pp[b], " beyond the RoPE table");
+      std::memcpy(&x[b * D], embed.data_ptr<float>() + tp[b] * D, D * sizeof(float));
+    }
+    float* kc = kcache.data_ptr<float>();
+    float* vc = vcache.data_ptr<float>();
+    for (int64_t l = 0; l < L; ++l) {
+      const auto& lay = layers[l];
+      rms(x.data(), xn.data(), B, D);
+      lay[0].apply(xn.data(), qkv.data(), B, nullptr, scratch);
+      const int64_t layer_off = l * lstride;
+      for (int64_t b = 0; b < B; ++b) {
+        const float* c = cos.data_ptr<float>() + pp[b] * Hd;
+        const float* sn = sin.data_ptr<float>() + pp[b] * Hd;
+        float* row = &qkv[b * QKV];
+        for (int64_t h = 0; h < H + KvH; ++h) rope(row + h * Hd, c, sn, tmp.data());
+        for (int64_t h = 0; h < KvH; ++h) {
+          const int64_t slot = layer_off + b * bstride + (h * T + s) * Hd;
+          std::memcpy(kc + slot, row + (H + h) * Hd, Hd * sizeof(float));
+          std::memcpy(vc + slot, row + (H + KvH + h) * Hd, Hd * sizeof(float));
+        }
+        std::memcpy(&q[b * H * Hd], row, H * Hd * sizeof(float));  // the rotated q heads
+      }
+      const int64_t lo = windows[l] < 0 ? 0 : std::max<int64_t>(0, S - windows[l]);
+      attend(q.data(), kc + layer_off, vc + layer_off, mask, att.data(), B, S, T, lo, bstride);
+      lay[1].apply(att.data(), x2.data(), B, x.data(), scratch);
+      std::swap(x, x2);
+      rms(x.data(), xn.data(), B, D);
+      const int64_t F2 = lay[2].ref.N, F = F2 / 2;
+      std::vector<float> gu(B * F2), act(B * F);
+      lay[2].apply(xn.data(), gu.data(), B, nullptr, scratch);
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t f = 0; f < F; ++f) {
+          const float g = gu[b * F2 + f];
+          act[b * F + f] = g / (1.0f + std::exp(-g)) * gu[b * F2 + F + f];
+        }
+      }
+      lay[3].apply(act.data(), x2.data(), B, x.data(), scratch);
+      std::swap(x, x2);
+    }
+    rms(x.data(), xn.data(), B, D);
+    auto logits = torch::empty({B, head.ref.N}, embed.options());
+    head.apply(xn.data(), logits.data_ptr<float>(), B, nullptr, scratch);
+    return logits;
+  }
+};
+
+}  // namespace scratchlm

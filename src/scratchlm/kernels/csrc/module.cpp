@@ -1,0 +1,80 @@
+// Python bindings of scratchlm's decode kernels (gemv.h: the matrix-vector kernels; llama_step.h: a whole
+// Llama decode step built on them). Built by kernels/build.py with torch.utils.cpp_extension.
+
+#include <torch/extension.h>
+
+#include "gemv.h"
+#include "llama_step.h"
+
+namespace {
+
+using scratchlm::MatrixRef;
+
+void check_x(const torch::Tensor& x, int64_t K) {
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && x.dim() == 2 && x.is_contiguous(),
+              "x must be a contiguous fp32 CPU tensor (B, K), got ", x.scalar_type(), " ", x.sizes());
+  TORCH_CHECK(x.size(1) == K, "x has ", x.size(1), " columns, the matrix has K = ", K);
+}
+
+torch::Tensor apply(const MatrixRef& w, const torch::Tensor& x) {
+  check_x(x, w.K);
+  auto y = torch::empty({x.size(0), w.N}, x.options());
+  w.matvec(x.data_ptr<float>(), y.data_ptr<float>(), x.size(0), nullptr);
+  return y;
+}
+
+torch::Tensor linear_blocks(const torch::Tensor& x, const torch::Tensor& w, int64_t N, int64_t K, int format) {
+  TORCH_CHECK(K % scratchlm::QK == 0, "K = ", K, " is not a multiple of the block size 32");
+  MatrixRef m{format, w.data_ptr(), N, K, nullptr, nullptr};
+  TORCH_CHECK(w.scalar_type() == torch::kUInt8 && w.is_contiguous() && w.numel() == N * m.row_bytes(),
+              "blocks must be contiguous uint8 with ", N * m.row_bytes(), " bytes, got ", w.numel());
+  return apply(m, x);
+}
+
+torch::Tensor linear_dense(const torch::Tensor& x, const torch::Tensor& w, torch::ScalarType dtype, int format) {
+  TORCH_CHECK(w.scalar_type() == dtype, "w must be ", dtype, ", got ", w.scalar_type());
+  TORCH_CHECK(w.dim() == 2 && w.is_contiguous(), "w must be a contiguous (N, K) matrix");
+  TORCH_CHECK(w.size(1) % 16 == 0, "K = ", w.size(1), " is not a multiple of 16");
+  return apply(MatrixRef{format, w.data_ptr(), w.size(0), w.size(1), nullptr, nullptr}, x);
+}
+
+torch::Tensor linear_q4_1(const torch::Tensor& x, const torch::Tensor& w, int64_t N, int64_t K) {
+  return linear_blocks(x, w, N, K, scratchlm::Q4_1);
+}
+
+torch::Tensor linear_q8_0(const torch::Tensor& x, const torch::Tensor& w, int64_t N, int64_t K) {
+  return linear_blocks(x, w, N, K, scratchlm::Q8_0);
+}
+
+torch::Tensor linear_f32(const torch::Tensor& x, const torch::Tensor& w) {
+  return linear_dense(x, w, torch::kFloat32, scratchlm::F32);
+}
+
+torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w) {
+  return linear_dense(x, w, torch::kBFloat16, scratchlm::BF16);
+}
+
+bool has_avx512() {
+#ifdef SCRATCHLM_AVX512
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("linear_q4_1", &linear_q4_1, "x (B, K) fp32 @ Q4_1 blocks (N, K)^T -> (B, N)");
+  m.def("linear_q8_0", &linear_q8_0, "x (B, K) fp32 @ Q8_0 blocks (N, K)^T -> (B, N)");
+  m.def("linear_f32", &linear_f32, "x (B, K) fp32 @ W (N, K) fp32 ^T -> (B, N)");
+  m.def("linear_bf16", &linear_bf16, "x (B, K) fp32 @ W (N, K) bf16 ^T -> (B, N)");
+  m.def("has_avx512", &has_avx512, "built with the AVX-512 inner loops");
+  pybind11::class_<scratchlm::Linear>(m, "Linear")
+      .def(pybind11::init<int, torch::Tensor, int64_t, int64_t, std::optional<torch::Tensor>,
+                          std::optional<torch::Tensor>, std::optional<torch::Tensor>>());
+  pybind11::class_<scratchlm::LlamaStep>(m, "LlamaStep")
+      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, int64_t, int64_t, int64_t, double, bool,
+                          std::vector<std::vector<scratchlm::Linear>>, scratchlm::Linear, std::vector<int64_t>>())
+      .def("step", &scratchlm::LlamaStep::step);
+}

@@ -1,0 +1,97 @@
+"""The C++ decode step (generate/native_step.py) == FastDecoder's torch step, every supported variant.
+
+Reference: FastDecoder.step with its native step switched off (itself tested against the model's
+forward in tests/generate/test_fast_decode.py) on the same packed weights; both start from one cache
+prefilled by the model; logits and the written cache slots must agree to fp32 rounding.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scratchlm.config import get_preset
+from scratchlm.generate.fast_decode import FastDecoder
+from scratchlm.kernels.build import native
+from scratchlm.model import TransformerLM
+from scratchlm.quant.ggml_quant import dequantize_blocks, quantize_q4_1, quantize_q8_0
+
+pytestmark = pytest.mark.skipif(native() is None, reason="no C++ compiler: the torch step is the only path")
+
+VARIANTS = {
+    "gqa-half": dict(n_kv_heads=2, rope_style="half"),
+    "gqa-interleaved-untied": dict(n_kv_heads=2, rope_style="interleaved", tie_embeddings=False),
+    "mha-qkv-bias": dict(n_kv_heads=4, qkv_bias=True),
+    "mqa": dict(n_kv_heads=1),
+    "sliding-window-yarn": dict(n_kv_heads=2, sliding_window=4, layer_types=("sliding_attention", "full_attention"),
+                                rope_scaling={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 24}),
+}
+
+
+def model(**kw) -> TransformerLM:
+    config = get_preset("llama-tiny", vocab_size=96, d_model=64, n_layers=2, n_heads=4, d_ff=160, max_seq_len=48,
+                        **kw)
+    torch.manual_seed(0)
+    m = TransformerLM(config).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(2.0) if p.dim() == 2 else p.add_(torch.rand(p.shape))
+    return m
+
+
+def compare(m: TransformerLM, quant: str | None, b: int = 2, padded: bool = False) -> None:
+    fast, ref = FastDecoder(m, quant=quant), FastDecoder(m, quant=quant)
+    assert fast.native is not None
+    ref.native = None
+    ids = torch.randint(0, 96, (b, 5), generator=torch.Generator().manual_seed(1))
+    caches = [m.new_kv_cache(b, 16), m.new_kv_cache(b, 16)]
+    mask = torch.ones(b, 16, dtype=torch.bool)
+    if padded:
+        mask[0, :2] = False  # row 0 left-padded by two slots
+    with torch.no_grad():
+        for c in caches:
+            m(ids, kv_cache=c)
+        tok = ids[:, -1]
+        for s in range(5, 10):
+            pos = torch.full((b,), s)
+            key_mask = mask[:, : s + 1] if padded else None
+            want = ref.step(tok, pos, key_mask, caches[0])
+            got = fast.step(tok, pos, key_mask, caches[1])
+            torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+            tok = want.argmax(-1)
+    torch.testing.assert_close(caches[1].k, caches[0].k, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(caches[1].v, caches[0].v, rtol=1e-5, atol=1e-5)
+    assert caches[1].seq_len == caches[0].seq_len == 10
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_native_step_equals_torch_step_fp32(variant: str) -> None:
+    compare(model(**VARIANTS[variant]), None)
+
+
+@pytest.mark.parametrize("quant", ["bf16", "q8_0", "q4_1"])
+@pytest.mark.parametrize("b", [1, 3])  # one row and a batch take different kernel tiles
+def test_native_step_equals_torch_step_weight_formats(quant: str, b: int) -> None:
+    compare(model(n_kv_heads=2, tie_embeddings=False), quant, b=b, padded=b > 1)
+
+
+@pytest.mark.parametrize("b", [1, 2])
+def test_native_step_on_gguf_blocks(b: int) -> None:
+    m = model(n_kv_heads=2)
+    blocks = {}
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() == 2:
+                blocks[name] = (quantize_q8_0 if "embed" in name else quantize_q4_1)(p)
+                p.copy_(dequantize_blocks(blocks[name]))
+    m.quantized_weights = blocks
+    compare(m, "gguf", b=b, padded=b > 1)
+
+
+def test_unsupported_configs_keep_the_torch_step() -> None:
+    assert FastDecoder(model(n_kv_heads=2, qk_norm=True)).native is None
+    dynamic = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 24}
+    assert FastDecoder(model(n_kv_heads=2, rope_scaling=dynamic)).native is None
+    assert FastDecoder(model(n_kv_heads=2), quant="int8").native is None
+    gpt2 = get_preset("gpt2-tiny", vocab_size=96, d_model=64, n_layers=1, n_heads=4, max_seq_len=32)
+    assert FastDecoder(TransformerLM(gpt2)).native is None

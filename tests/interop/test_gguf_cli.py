@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -70,3 +71,27 @@ def test_generate_and_models_cli_on_a_gguf_match_transformers(tiny_gguf, capsys)
     out = capsys.readouterr().out
     report = json.loads(out[out.index("{"):])
     assert report["checkpoint"] == str(path) and report["params"] == sum(p.numel() for p in theirs.parameters())
+
+
+@pytest.mark.parametrize("dtype,torch_dtype,rel", [("fp32", torch.float32, 1e-5), ("bf16", torch.bfloat16, 2e-2)])
+def test_eval_dtype_dequantizes_to_it_and_matches_transformers(tiny_gguf, tmp_path, capsys, dtype, torch_dtype, rel):
+    """--dtype fp32|bf16: a GGUF's blocks are dequantized to that dtype (transformers' dequantized weights cast
+    to it, bit for bit), and eval's perplexity is transformers' at that dtype."""
+    path, _, tok = tiny_gguf
+    theirs = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    theirs = theirs.to(torch_dtype)
+    ours = load_pretrained(path, dtype=torch_dtype).model
+    their_state = theirs.state_dict()
+    for name, p in ours.state_dict().items():
+        assert p.dtype == torch_dtype and torch.equal(p, their_state[name]), name
+    text = "ROMEO: What say you, my lord? JULIET: Nothing, sir."
+    ids = torch.tensor([tok.encode(text).ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(theirs(ids).logits[0, :-1].float(), -1)
+    nll = -logp.gather(-1, ids[0, 1:, None]).mean().item()
+    (tmp_path / "t.jsonl").write_text(json.dumps({"text": text}) + "\n")
+    assert main(["eval", "--checkpoint", str(path), "--task", "perplexity", "--data", str(tmp_path / "t.jsonl"),
+                 "--dtype", dtype, "--no-progress", "--device", "cpu"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["tokens"] == ids.shape[1] - 1
+    assert got["perplexity"] == pytest.approx(math.exp(nll), rel=rel)

@@ -71,3 +71,23 @@ def test_char_class_pre_tokenizers_equal_hf(d):
     hf_pre = {"Punctuation": pre_tokenizers.Punctuation(), "Digits": pre_tokenizers.Digits(individual_digits=True)}[d["type"]]
     want = [p for p, _ in hf_pre.pre_tokenize_str(text)]
     assert ours_pre.from_json(d).pre_tokenize([text]) == want
+
+
+@pytest.mark.parametrize("form", ["Lowercase", "NFC", "NFD", "NFKC", "NFKD"])
+def test_normalizers_equal_hf(form):
+    """HF's Lowercase (Rust's to_lowercase) knows newer case pairs than Python 3.11, its normalization
+    tables (unicode-normalization-alignments) fewer decompositions: every char with a decomposition or
+    a case mapping, each alone and after "a" (compositions), text and offsets as HF."""
+    import unicodedata
+
+    from tokenizers import normalizers
+
+    from scratchlm.tokenizer import normalizers as ours_norm
+    from scratchlm.tokenizer.normalized import NormalizedText
+
+    chars = [chr(c) for c in CODE_POINTS if unicodedata.decomposition(chr(c)) or chr(c).lower() != chr(c)
+             or unicodedata.combining(chr(c))]
+    chars += ["\U00011935\U00011930", "\u32ff", "\ua7cb", "\U00010d50", "\U00016ea0"]  # newer than a side
+    text = " ".join(chars) + " " + " ".join("a" + c for c in chars)
+    want = getattr(normalizers, form)().normalize_str(text)
+    assert ours_norm.from_json({"type": form}).normalize(NormalizedText(text)).text == want

@@ -15,12 +15,15 @@ crate) and maps the pairs back onto the input by position:
 
 So "é" decomposed gives "e" + U+0301, both pointing at "é"; "e" + U+0301 composed gives "é" pointing at
 "e"; a composition-excluded "שּׁ" (U+FB2C) decomposes under NFC into three chars that all point at it.
-The text itself is always `unicodedata.normalize(form, text)`.
+The text itself is `unicodedata.normalize(form, text)`, except for the 73 chars newer than HF's tables
+(unicode_props.HF_UNNORMALIZED), which HF leaves as they are.
 """
 
 from __future__ import annotations
 
 import unicodedata
+
+from scratchlm.tokenizer.unicode_props import HF_UNNORMALIZED
 
 Span = tuple[int, int]
 
@@ -30,7 +33,7 @@ def _decomposed(text: str, form: str) -> list[list]:
     dform = "NFD" if form in ("NFC", "NFD") else "NFKD"
     out: list[list] = []
     for ch in text:
-        d = unicodedata.normalize(dform, ch)
+        d = ch if HF_UNNORMALIZED.match(ch) else unicodedata.normalize(dform, ch)
         out.append([d[0], 0])
         out.extend([c, 1] for c in d[1:])
     i = 0
@@ -56,7 +59,7 @@ def _composed(seq: list[list]) -> list[list]:
         adjacent = starter is not None and starter == len(out) - 1
         if starter is not None and (last_cc < cc or (cc == 0 and adjacent)):
             composite = unicodedata.normalize("NFC", out[starter][0] + ch)
-            if len(composite) == 1:
+            if len(composite) == 1 and not HF_UNNORMALIZED.match(composite):
                 out[starter] = [composite, out[starter][1] + change - 1]
                 continue
         if cc == 0:
@@ -72,8 +75,9 @@ def normalize_aligned(text: str, form: str, spans: list[Span]) -> tuple[str, lis
     if form in ("NFC", "NFKC"):
         seq = _composed(seq)
     out = "".join(c for c, _ in seq)
-    if out != unicodedata.normalize(form, text):  # never a different text, whatever the alignment
-        out = unicodedata.normalize(form, text)
+    expected = unicodedata.normalize(form, text)
+    if out != expected and HF_UNNORMALIZED.search(text + expected) is None:  # never another text
+        out = expected
         return out, [spans[min(j, len(spans) - 1)] for j in range(len(out))]
     new: list[Span] = []
     i = 0

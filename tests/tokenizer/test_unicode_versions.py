@@ -91,3 +91,19 @@ def test_normalizers_equal_hf(form):
     text = " ".join(chars) + " " + " ".join("a" + c for c in chars)
     want = getattr(normalizers, form)().normalize_str(text)
     assert ours_norm.from_json({"type": form}).normalize(NormalizedText(text)).text == want
+
+
+def test_single_word_neighbours_as_hf_sees_them():
+    """A single_word added token next to a char newer than HF's regex tables is alone (HF's \\w does not
+    know that char)."""
+    from tokenizers import AddedToken, models
+    from tokenizers import Tokenizer as HFTokenizer
+
+    hf = HFTokenizer(models.BPE(vocab={"a": 0}, merges=[]))
+    hf.add_tokens([AddedToken("Q", single_word=True, normalized=False)])
+    ours = Tokenizer.from_hf_dict(json.loads(hf.to_str()))
+    chars = [chr(c) for c in CODE_POINTS[::40] if c != ord("Q")]
+    chars += [chr(c) for c in CODE_POINTS if NEWER_THAN_ONIG.match(chr(c))][::4]
+    texts = [t for c in chars for t in ("Q" + c, c + "Q")]
+    for text, want in zip(texts, hf.encode_batch(texts, add_special_tokens=False)):
+        assert ours.encode(text) == want.ids, ascii(text)

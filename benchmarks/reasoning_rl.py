@@ -10,7 +10,7 @@ The human-written data (pretraining and SFT alike) drops the carry in --slip of 
 classic mistake), so imitation learns it; the only signal that tells it apart is the verifiable reward.
 Prints ONE JSON object (stage times, eval summaries with 95% intervals, the gain with its two-proportion
 z-test and the paired McNemar test on the same problems) and writes the curves (pretraining loss, SFT
-loss, GRPO reward, held-out accuracy) to --png. Default settings: about 9 minutes on 2 cores.
+loss, GRPO reward, held-out accuracy) to --png. Default settings: about 8 minutes on 2 cores.
 
     flock /work/heavy.lock env PYTHONPATH=src .venv/bin/python benchmarks/reasoning_rl.py --png benchmarks/reasoning_rl.png
 """
@@ -161,7 +161,7 @@ def plot(work: Path, results: dict, path: str) -> None:
     axes[3].bar(names, acc, yerr=[[max(0.0, a - c[0]) for a, c in zip(acc, ci)],
                                   [max(0.0, c[1] - a) for a, c in zip(acc, ci)]],
                 capsize=6, color=["tab:gray", "tab:green"])
-    axes[3].set(title=f"4. held-out accuracy (greedy, n={results['test_size']}, 95% CI)", ylim=(0, 1))
+    axes[3].set(title=f"4. held-out accuracy\n(greedy, n={results['test_size']}, 95% CI)", ylim=(0, 1))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -12,18 +12,24 @@ the weights of that one file:
                         dequantized weights (the same function as hf_fp32)
         bf16 / fp32     decode="fast-bf16" / "fast" on the dequantized weights
         q8_0            decode="fast-q8_0": every matrix as Q8_0 made from the dequantized weights with
-                        ggml's rounding (the blocks llama.cpp's Q8_0 file holds)
+                        ggml's rounding (the blocks llama.cpp's Q8_0 file holds), fp32 activations
+        q8_0_a8 / q4_1_a8   decode="fast-q8_0-a8" / "fast-q4_1-a8": those Q8_0 blocks (the file's own Q4_1
+                        ones) times activations rounded to 8 bits per 32-block, integer dot products:
+                        llama.cpp's own CPU scheme (quant/act_quant.py)
         int8_torch      decode="fast-int8" (torch's per-row int8 kernel)
-      headline names: scratchlm_exact = the fastest engine whose greedy tokens equal hf_fp32's;
-      scratchlm_int8 = q8_0; scratchlm_int4 = gguf (the file's 4-bit blocks as shipped)
+      headline names: scratchlm_exact = the fastest of gguf / fp32 / bf16 whose greedy tokens equal hf_fp32's;
+      scratchlm_int8 = q8_0_a8 (the same arithmetic as llamacpp_q8_0); scratchlm_int4 = gguf (the file's
+      4-bit blocks as shipped, exact fp32 math)
     llamacpp_f16 / _q8_0 / _q4_1   llama-cpp-python on the file converted to F16 / Q8_0 (gguf-py's
                         writer and quantizer, from the dequantized weights) / as shipped
 Both sides use 2 threads. b1/b8: greedy decode of --new-tokens after a chat prompt, decode steps only
 (prefill excluded), best of --repeats; b8 = 8 prompts at once (llama.cpp: null, its Python API decodes
 one sequence). prefill: a 256-token prompt into an empty cache, best of --repeats. Every timed run
-first waits for a quiet machine (benchmarks/quiet.py). greedy_same_as_hf: the b1 tokens equal hf_fp32's.
+first waits for a quiet machine (benchmarks/quiet.py). --rounds R runs the whole engine list R times in
+turn (interleaved, so a slow spell hits every engine alike), keeps each engine's best and reports every
+round's ratios (ratios_by_round). greedy_same_as_hf: the b1 tokens equal hf_fp32's.
 read_gb_s: a plain 2-thread reduction (torch.sum over 512 MB) in the same run: the hardware's rate.
-Prints one JSON object last.   python benchmarks/real_decode.py [--new-tokens 128] [--repeats 3]
+Prints one JSON object last.   python benchmarks/real_decode.py [--new-tokens 128] [--repeats 3] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -50,8 +56,11 @@ from scratchlm.interop.pretrained import save_pretrained  # noqa: E402
 CHAT_PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712,
                8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198]
 SCRATCH = {"gguf": ("fast-gguf", "Q4_1 + Q8_0 blocks (exact)"), "bf16": ("fast-bf16", "bf16"),
-           "fp32": ("fast", "fp32"), "q8_0": ("fast-q8_0", "Q8_0"), "int8_torch": ("fast-int8", "int8 per-row")}
-HEADLINE = {"scratchlm_int8": "scratchlm_q8_0", "scratchlm_int4": "scratchlm_gguf"}
+           "fp32": ("fast", "fp32"), "q8_0": ("fast-q8_0", "Q8_0"),
+           "q8_0_a8": ("fast-q8_0-a8", "Q8_0 x 8-bit activations"),
+           "q4_1_a8": ("fast-q4_1-a8", "Q4_1 x 8-bit activations"), "int8_torch": ("fast-int8", "int8 per-row")}
+EXACT_CANDIDATES = ("scratchlm_gguf", "scratchlm_fp32", "scratchlm_bf16")  # exact weights (the issue's fp32/bf16 path)
+HEADLINE = {"scratchlm_int8": "scratchlm_q8_0_a8", "scratchlm_int4": "scratchlm_gguf"}
 STATS: dict = {}
 QUIET = {"max_busy": 0.15, "timeout_s": 600.0}
 PREFILL = "bf16"  # scratchlm's prompt path in every scratchlm engine (fp32 prefill reported beside it)
@@ -172,6 +181,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--engines", default="all", help="comma-separated subset of engine names (default all)")
+    ap.add_argument("--rounds", type=int, default=1, help="run the engine list this many times, interleaved")
     ap.add_argument("--quiet-timeout", type=float, default=600.0, help="max seconds to wait for quiet per run")
     args = ap.parse_args()
     QUIET["timeout_s"] = args.quiet_timeout
@@ -194,32 +204,63 @@ def main() -> None:
     files = {"f16": "F16", "q8_0": "Q8_0", "q4_1": None}
     for name, qtype in files.items():
         def run(q=qtype, nm=name) -> dict:
-            path = fixture_path() if q is None else write_gguf(fixture_path(), tmp / f"{nm}.gguf", q)
+            path = fixture_path() if q is None else tmp / f"{nm}.gguf"
+            if not path.exists():
+                write_gguf(fixture_path(), path, q)
             return measure_llamacpp(path, args, prefill_ids)
         runs[f"llamacpp_{name}"] = (qtype or "Q4_1 (as shipped)", run)
-    ref = None
-    for name, (weights, run) in runs.items():
-        if want is not None and name not in want and name != "hf_fp32":
-            continue
-        r = run()
-        tokens = r.pop("tokens")
-        ref = tokens if name == "hf_fp32" else ref
-        r = {k: None if v is None else round(v, 1) for k, v in r.items()}
-        engines[name] = {"weights": weights, **r, "greedy_same_as_hf": tokens == ref}
-        print(name, engines[name], file=sys.stderr, flush=True)
-    exact = [n for n, e in engines.items() if n.startswith("scratchlm_") and e["greedy_same_as_hf"]]
-    if exact:
-        best = max(exact, key=lambda n: engines[n]["b1_tok_s"])
-        engines["scratchlm_exact"] = {**engines[best], "engine": best}
-    for alias, name in HEADLINE.items():
-        if name in engines:
-            engines[alias] = {**engines[name], "engine": name}
+    runs = {k: v for k, v in runs.items() if want is None or k in want or k == "hf_fp32"}
+    result["ratios_by_round"] = []
+    for _ in range(args.rounds):
+        run_round(runs, engines)
+        result["ratios_by_round"].append(ratios({**engines_round(engines), **headline(engines, "last")}))
+    for e in engines.values():
+        e.pop("last"), e.pop("tokens", None)
+    engines.update(headline(engines))
     if "scratchlm_gguf" in engines:
         engines["scratchlm_gguf"]["prefill_fp32_tok_s"] = round(prefill_tok_s(ours, prefill_ids, "model", args.repeats), 1)
     result["ratios_b1"] = ratios(engines)
     result.update({"quiet": STATS, "new_tokens": args.new_tokens, "threads": 2, "torch": torch.__version__,
                    "total_s": round(time.perf_counter() - t0, 1)})
     print(json.dumps(result))
+
+
+def run_round(runs: dict, engines: dict) -> None:
+    """Every engine once (hf_fp32 first: its tokens are the reference); engines[name] keeps the best
+    numbers over the rounds so far and "last" this round's."""
+    ref = engines["hf_fp32"]["tokens"] if "hf_fp32" in engines else None
+    for name, (weights, run) in runs.items():
+        r = run()
+        tokens = r.pop("tokens")
+        ref = tokens if ref is None and name == "hf_fp32" else ref
+        r = {k: None if v is None else round(v, 1) for k, v in r.items()}
+        prev = engines.get(name, {})
+        best = {k: v if prev.get(k) is None else max(v, prev[k]) for k, v in r.items() if v is not None}
+        engines[name] = {"weights": weights, **r, **best, "greedy_same_as_hf": tokens == ref, "last": r}
+        if name == "hf_fp32":
+            engines[name]["tokens"] = tokens
+        print(name, r, file=sys.stderr, flush=True)
+
+
+def engines_round(engines: dict) -> dict:
+    """The engines with this round's numbers."""
+    return {n: {**e, **e["last"]} for n, e in engines.items()}
+
+
+def headline(engines: dict, key: str | None = None) -> dict:
+    """scratchlm_exact (the fastest EXACT_CANDIDATES engine whose greedy tokens equal hf_fp32's: an
+    approximate mode whose tokens happen to match is not exact), scratchlm_int8/int4 and
+    their engine names; key="last": from this round's numbers."""
+    view = engines_round(engines) if key else engines
+    out = {}
+    exact = [n for n, e in view.items() if n in EXACT_CANDIDATES and e["greedy_same_as_hf"]]
+    if exact:
+        best = max(exact, key=lambda n: view[n]["b1_tok_s"])
+        out["scratchlm_exact"] = {**view[best], "engine": best}
+    for alias, name in HEADLINE.items():
+        if name in view:
+            out[alias] = {**view[name], "engine": name}
+    return out
 
 
 def ratios(engines: dict) -> dict:

@@ -77,6 +77,22 @@ def test_checkpoint_not_matching_config(llama_dir, tmp_path):
         scratchlm.from_pretrained(directory)
 
 
+@pytest.mark.parametrize("changes,match", [
+    (dict(num_key_value_heads=4), r"qkv_proj.weight' has 128 rows .* 64 \+ 64 \+ 64 = 192"),
+    (dict(intermediate_size=80), r"gate_up_proj.weight' has 192 rows .* 80 \+ 80 = 160"),
+])
+def test_phi3_fused_matrices_not_matching_config(tmp_path, changes, match):
+    """Phi-3's fused qkv_proj / gate_up_proj are split by the config's sizes: a mismatch names both."""
+    from interop_helpers import randomize_
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    config = Phi3Config(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                        num_attention_heads=4, num_key_value_heads=2, pad_token_id=None)
+    randomize_(Phi3ForCausalLM(config)).save_pretrained(tmp_path / "phi3")
+    with pytest.raises(ValueError, match=match):
+        scratchlm.from_pretrained(_with_config(tmp_path / "phi3", tmp_path / "bad", **changes))
+
+
 def test_missing_files_are_clear(llama_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
         scratchlm.from_pretrained(tmp_path)

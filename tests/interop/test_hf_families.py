@@ -35,9 +35,12 @@ CASES = {
     "llama_yarn_rope": Case(LlamaForCausalLM, LlamaConfig,
                             dict(BASE, rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4,
                                                         "original_max_position_embeddings": L0, "beta_fast": 8})),
+    # longrope past L0 from the first forward (padded prompts of 24 > 20 tokens): a LlamaForCausalLM's generate
+    # keeps the keys it cached with the short factors once the sequence passes L0, Phi-3's recomputes them (as
+    # scratchlm's engine does; see phi3_longrope_crossing)
     "llama_longrope": Case(LlamaForCausalLM, LlamaConfig,
                            dict(BASE, rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
-                                                       "original_max_position_embeddings": 30,
+                                                       "original_max_position_embeddings": 20,
                                                        "short_factor": [1.0 + 0.2 * i for i in range(8)],
                                                        "long_factor": [1.5 + 0.7 * i for i in range(8)]})),
     # rope_scaling (old key) wins over rope_parameters; its missing theta comes from the top-level rope_theta
@@ -81,6 +84,14 @@ CASES = {
                                                            "short_factor": [1.0 + 0.1 * i for i in range(6)],
                                                            "long_factor": [1.2 + 0.5 * i for i in range(6)]}),
                                      fast_overrides={**FAST, "rope_style": "interleaved"}),
+    # Phi-3.5: prompts (12, 9, 5 tokens) within L0 = 20 rotate with the short factors; generation passes L0
+    # and the cache is recomputed with the long ones, as transformers' Phi-3 generate does
+    "phi3_longrope_crossing": Case(Phi3ForCausalLM, Phi3Config,
+                                   dict(BASE, original_max_position_embeddings=20, sliding_window=None,
+                                        rope_parameters={"rope_type": "longrope", "rope_theta": 1e4,
+                                                         "short_factor": [1.0 + 0.2 * i for i in range(8)],
+                                                         "long_factor": [1.5 + 0.7 * i for i in range(8)]}),
+                                   prompt_lens=(12, 9, 5)),
     "phi3_plain": Case(Phi3ForCausalLM, Phi3Config, dict(BASE, sliding_window=None, tie_word_embeddings=True)),
     # OLMo-2: norms on the sublayer outputs, QK-norm over the whole projection
     "olmo2": Case(Olmo2ForCausalLM, Olmo2Config, dict(BASE, attention_bias=True)),

@@ -69,7 +69,7 @@ def test_native_step_equals_torch_step_fp32(variant: str) -> None:
     compare(model(**VARIANTS[variant]), None)
 
 
-@pytest.mark.parametrize("quant", ["bf16", "q8_0", "q4_1"])
+@pytest.mark.parametrize("quant", ["bf16", "q8_0", "q4_1", "q8_0_a8", "q4_1_a8"])
 @pytest.mark.parametrize("b", [1, 3])  # one row and a batch take different kernel tiles
 def test_native_step_equals_torch_step_weight_formats(quant: str, b: int) -> None:
     compare(model(n_kv_heads=2, tie_embeddings=False), quant, b=b, padded=b > 1)

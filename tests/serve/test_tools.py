@@ -1,5 +1,6 @@
-"""Tool calling through the official openai client, for scratchlm's ChatML and for chat templates in the two
-supported families' styles (tool_templates.py: Hermes/Qwen <tool_call> JSON, Llama-3 JSON):
+"""Tool calling through the official openai client, for scratchlm's ChatML, for chat templates in the two
+supported families' styles (tool_templates.py: Hermes/Qwen <tool_call> JSON, Llama-3 JSON) and for the models'
+own Qwen2.5 and Llama-3.1 templates (tests/tokenizer/chat_templates, rendered there equal to transformers):
 
     - the prompt is the template's own rendering of tools, assistant tool calls and tool results
       (tokenizer.jinja_template.ChatTemplate, itself tested against transformers), given the messages in
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import jsonschema
 import openai
@@ -38,7 +40,10 @@ TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
     "type": "object", "properties": {"zone": {"type": "string"}, "utc": {"type": "boolean"}}}}}
 TOOLS = [WEATHER, TIME]
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
-TEMPLATES = {"chatml": None, "hermes": tool_templates.HERMES, "llama3": tool_templates.LLAMA3}
+REAL = Path(__file__).parents[1] / "tokenizer" / "chat_templates"  # the models' own templates (tests/tokenizer)
+QWEN2_5, LLAMA3_1 = (REAL / "qwen2_5.jinja").read_text(), (REAL / "llama3_1.jinja").read_text()
+TEMPLATES = {"chatml": None, "hermes": tool_templates.HERMES, "llama3": tool_templates.LLAMA3,
+             "qwen2_5": QWEN2_5, "llama3_1": LLAMA3_1}
 
 
 class ScriptedModel(TransformerLM):
@@ -150,16 +155,17 @@ def test_named_function_streamed(tool_server):
     jsonschema.validate(json.loads(calls[0]["arguments"]), TIME["function"]["parameters"])
 
 
-@pytest.mark.parametrize("fmt", [HERMES, LLAMA3])
-def test_auto_parses_a_scripted_reply(long_model, fmt):
+@pytest.mark.parametrize("fmt,template", [(HERMES, tool_templates.HERMES), (HERMES, QWEN2_5),
+                                          (LLAMA3, tool_templates.LLAMA3), (LLAMA3, LLAMA3_1)],
+                         ids=["hermes", "qwen2_5", "llama3", "llama3_1"])
+def test_auto_parses_a_scripted_reply(long_model, fmt, template):
     model, tok = long_model
     scripted = ScriptedModel(model.config).eval()
     scripted.load_state_dict(model.state_dict())
     if fmt == HERMES:
-        template, reply = tool_templates.HERMES, ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": '
-                                                 '{"city": "Paris", "unit": "C"}}\n</tool_call>')
+        reply = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}\n</tool_call>'
     else:
-        template, reply = tool_templates.LLAMA3, '{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}'
+        reply = '{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}'
     scripted.script, scripted.end = tok.encode(reply), tok.special_token_ids["<|im_end|>"]
     with serve_in_thread(create_app(scripted, tok, "m", chat_template=ChatTemplate(template))) as (url, _):
         scripted.prompt_len = tokenize(url, ASK, TOOLS)

@@ -34,6 +34,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="decode step: fast = packed weights, same output as the model (default); model = the "
                         "reference forward; fast-gguf = a GGUF's own Q4_1/Q8_0 blocks (exact, fastest on GGUF "
                         "models); fast-bf16 / fast-q8_0 / fast-q4_1 / fast-int8 = compact weights (approximate); "
+                        "fast-q8_0-a8 / fast-q4_1-a8 = those blocks with 8-bit activations (llama.cpp's CPU "
+                        "scheme, fastest; approximate); "
                         "compiled = torch.compile (slow warm-up); see benchmarks/RESULTS.md")
     p.add_argument("--prefill", choices=PREFILL_MODES, default="model",
                    help="prompt path: model = the model's own dtype (default); bf16 = a bf16 copy of the model "

@@ -7,6 +7,8 @@ Modes (DECODE_MODES, the `decode=` argument of the engine):
     "fast-bf16"  FastDecoder, bf16 weights widened exactly to fp32 in our C++ kernel (bf16 rounding error)
     "fast-q8_0"  FastDecoder on ggml Q8_0 blocks (the model's own, or quantized with ggml's rounding)
     "fast-q4_1"  FastDecoder on ggml Q4_1 blocks (likewise)
+    "fast-q8_0-a8", "fast-q4_1-a8"  the same blocks, each matrix's input rounded to 8 bits per 32-block
+                 first and integer dot products (llama.cpp's CPU scheme; quant/act_quant.py defines it)
     "fast-gguf"  FastDecoder on a GGUF-loaded model's own Q8_0/Q4_1 blocks, fp32 elsewhere: exactly the
                  loaded model at 4-8 bits per weight (generate/packed_linear.py, kernels/)
     "compiled"   the model's forward through torch.compile (below)
@@ -73,7 +75,7 @@ def check_frozen_weights(model: TransformerLM) -> None:
 
 
 FAST_MODES = {"fast": None, "fast-int8": "int8", "fast-bf16": "bf16", "fast-q8_0": "q8_0", "fast-q4_1": "q4_1",
-              "fast-gguf": "gguf"}  # decode mode -> FastDecoder weight format
+              "fast-gguf": "gguf", "fast-q8_0-a8": "q8_0_a8", "fast-q4_1-a8": "q4_1_a8"}  # mode -> weight format
 DECODE_MODES = ("model", *FAST_MODES, "compiled")
 
 

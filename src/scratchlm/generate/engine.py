@@ -8,6 +8,8 @@ The cache is allocated once per call with exactly P + max_new_tokens slots (B, K
 so decoding never reallocates. Context policy: P + max_new_tokens must fit the model's max_seq_len;
 otherwise a ValueError says by how much and what to change (no silent sliding window).
 Outputs are the new tokens of each row, including the stop token that ended it (if any).
+A longrope model (Phi-3.5, Phi-4-mini) whose sequence grows past original_max_position_embeddings has its
+cache recomputed once at that step (generate/prefill.py), as transformers' Phi-3 generate does.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 from scratchlm.generate.batching import check_prompts, left_pad
 from scratchlm.generate.decode_step import make_decode_step
 from scratchlm.generate.prefill import prefill as run_prefill
+from scratchlm.generate.prefill import recompute, rope_switch_length
 from scratchlm.generate.sampling import SamplingParams, choose_next_token, make_generator, token_counts
 from scratchlm.generate.stopping import StopChecker
 from scratchlm.model import TransformerLM
@@ -83,6 +86,8 @@ def iter_decode(
     prefill_mask = None if key_mask is None else key_mask[:, :p]
     logits = run_prefill(model, batch.ids, batch.positions, prefill_mask, cache, prefill)  # (B, V)
     positions = batch.lengths[:, None].clone()  # (B, 1) position of the next token
+    switch = rope_switch_length(model)  # longrope: recompute the cache once the sequence passes L0
+    history = [batch.ids] if switch is not None and p < switch else None  # (B, P) + each new (B, 1)
     for i in range(max_new_tokens):
         token = choose_next_token(logits, params, counts, generator)  # (B,)
         yield token, logits
@@ -91,7 +96,14 @@ def iter_decode(
         if counts is not None:
             counts.scatter_add_(1, token[:, None], torch.ones_like(token[:, None], dtype=counts.dtype))
         mask = None if key_mask is None else key_mask[:, : p + i + 1]
-        logits = step(token[:, None], positions, mask, cache)  # (B, V)
+        if history is not None:
+            history.append(token[:, None])
+        if p + i + 1 == switch and history is not None:  # the sequence reaches L0 + 1 tokens
+            new_positions = batch.lengths[:, None] + torch.arange(i + 1, device=device)  # (B, i + 1)
+            logits = recompute(model, torch.cat(history, 1), torch.cat((batch.positions, new_positions), 1),
+                               mask, cache, prefill)
+        else:
+            logits = step(token[:, None], positions, mask, cache)  # (B, V)
         positions += 1
 
 

@@ -166,8 +166,10 @@ QUANT_MODES = WEIGHT_FORMATS  # FastDecoder's quant= values (generate/packed_lin
 
 
 INT8_K_MULTIPLE = 16  # torch's CPU int8 kernel reads its input dim in blocks of 16 (wrong results or a crash otherwise)
-K_MULTIPLE = {"int8": INT8_K_MULTIPLE, "bf16": 16, "q8_0": 32, "q4_1": 32}  # our kernels: 16 lanes, 32-blocks
-MODE_NAMES = {"int8": "fast-int8", "bf16": "fast-bf16", "q8_0": "fast-q8_0", "q4_1": "fast-q4_1"}
+K_MULTIPLE = {"int8": INT8_K_MULTIPLE, "bf16": 16, "q8_0": 32, "q4_1": 32, "q8_0_a8": 32,
+              "q4_1_a8": 32}  # our kernels: 16 lanes, 32-blocks
+MODE_NAMES = {"int8": "fast-int8", "bf16": "fast-bf16", "q8_0": "fast-q8_0", "q4_1": "fast-q4_1",
+              "q8_0_a8": "fast-q8_0-a8", "q4_1_a8": "fast-q4_1-a8"}
 
 
 def check_int8_dims(c: ModelConfig, quant: str = "int8") -> None:
@@ -199,8 +201,9 @@ class FastDecoder:
     of the fp32 bytes: decoding is memory bound, so fewer bytes is faster, at the cost of the
     quantization error (tests bound it against the model with the dequantized weights).
     quant="bf16" | "q8_0" | "q4_1" | "gguf": our C++ kernels on bf16 weights or ggml blocks, fp32 math on
-    exactly the dequantized weights; "gguf" runs a GGUF-loaded model's own blocks (the exact model),
-    see generate/packed_linear.py.
+    exactly the dequantized weights; "gguf" runs a GGUF-loaded model's own blocks (the exact model);
+    "q8_0_a8" | "q4_1_a8": those blocks times activations rounded to 8 bits per 32-block (llama.cpp's
+    CPU scheme, quant/act_quant.py), see generate/packed_linear.py.
     """
 
     def __init__(self, model: TransformerLM, quant: str | None = None) -> None:

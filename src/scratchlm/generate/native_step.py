@@ -2,7 +2,8 @@
 
 At ~150 tokens/s a step has ~6 ms; FastDecoder's Python loop dispatches ~35 torch ops per layer
 (~1000 per step for 30 layers, several ms of overhead alone). `native_step(dec)` hands the same packed
-matrices (PackedLinear: fp32 / bf16 / Q8_0 / Q4_1 with their in/out scales and biases) and the RoPE
+matrices (PackedLinear: fp32 / bf16 / Q8_0 / Q4_1, or the A8 formats' repacked blocks, with their in/out scales
+and biases) and the RoPE
 tables to `LlamaStep`, which runs norm -> qkv -> RoPE -> cache write -> GQA attention -> o + residual
 -> norm -> gate|up -> SiLU * up -> down + residual per layer (sliding-window layers read their last
 W slots), then the head. Same math as
@@ -19,14 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from scratchlm.generate.packed_linear import PackedLinear
+from scratchlm.generate.packed_linear import A8_FORMATS, PackedLinear
 from scratchlm.kernels import ops
 
 if TYPE_CHECKING:
     from scratchlm.generate.fast_decode import FastDecoder
-
-FORMAT_CODES = {"F32": 0, "BF16": 1, "Q8_0": 2, "Q4_1": 3}  # gemv.h's Format
-
 
 def supported(dec: "FastDecoder") -> bool:
     """True when the C++ step computes this decoder's function (see the module docstring): a plain
@@ -49,12 +47,14 @@ def supported(dec: "FastDecoder") -> bool:
 
 def native_linear(mod: Any, lin: PackedLinear) -> Any:
     """The kernel module's Linear holding the same matrix, scales and bias as `lin`."""
+    if lin.quant in A8_FORMATS:
+        return ops.a8_linear(mod, lin.blocks, lin.in_scale, lin.out_scale, lin.bias)
     if lin.blocks is not None:
         fmt, w = lin.blocks.ggml_type, lin.blocks.data
     else:
         fmt, w = ("BF16", lin.w) if lin.quant == "bf16" else ("F32", lin.w.float())
     n, k = lin.blocks.shape if lin.blocks is not None else tuple(lin.w.shape)
-    return mod.Linear(FORMAT_CODES[fmt], w, n, k, lin.in_scale, lin.out_scale, lin.bias)
+    return mod.Linear(ops.FORMAT_CODES[fmt], w, n, k, lin.in_scale, lin.out_scale, lin.bias)
 
 
 def native_step(dec: "FastDecoder") -> Any | None:

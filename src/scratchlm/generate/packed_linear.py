@@ -11,11 +11,14 @@ Weight formats (`quant`, chosen by the decode mode; WEIGHT_FORMATS):
             fp32 weights with ggml's reference rounding (quant/ggml_quant.py).
     "gguf"  the model's own GGUF blocks wherever it has Q8_0/Q4_1 ones, the fp32 weights elsewhere:
             exactly the loaded model (the same dequantized weights HF would run), at block size.
-The kernel formats compute in fp32 on exactly the dequantized weights (see kernels/csrc/linear.cpp).
+    "q8_0_a8", "q4_1_a8"  the q8_0 / q4_1 blocks, and x (after in_scale) rounded to 8 bits per 32-block
+            first (quant/act_quant.py: llama.cpp's CPU scheme), then integer block dot products
+            (kernels/csrc/gemv_a8.h, AVX512-VNNI where the CPU has it): y = (d q) W^T, not x W^T.
+The other kernel formats compute in fp32 on exactly the dequantized weights (kernels/csrc/gemv.h).
 Block matrices are never rescaled (that would re-round them): a norm gain g folded into "W diag(g)"
 for the dense formats is applied to x instead (x g), and an output row scale s to y (y s).
 Without the compiled kernels (SCRATCHLM_KERNELS=0, no compiler) the kernel formats run F.linear on
-the dequantized fp32 matrix: the same function, at fp32 speed.
+the dequantized fp32 matrix (after act_quant.round_act for the A8 formats): the same function, at fp32 speed.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import torch
 import torch.nn.functional as F
 
 from scratchlm.kernels import ops
+from scratchlm.quant.act_quant import round_act
 from scratchlm.quant.blocks import GGMLBlocks
 from scratchlm.quant.ggml_quant import dequantize_blocks, quantize_q4_1, quantize_q8_0
 
-WEIGHT_FORMATS = (None, "int8", "bf16", "q8_0", "q4_1", "gguf")
-BLOCK_FORMATS = ("q8_0", "q4_1", "gguf")
+WEIGHT_FORMATS = (None, "int8", "bf16", "q8_0", "q4_1", "gguf", "q8_0_a8", "q4_1_a8")
+A8_FORMATS = {"q8_0_a8": "q8_0", "q4_1_a8": "q4_1"}  # 8-bit activations -> the weight blocks they read
+BLOCK_FORMATS = ("q8_0", "q4_1", "gguf", *A8_FORMATS)
 KERNEL_BLOCK_TYPES = ("Q8_0", "Q4_1")  # ggml types our kernels read directly
 QUANTIZERS = {"q8_0": ("Q8_0", quantize_q8_0), "q4_1": ("Q4_1", quantize_q4_1)}
 BlockSource = Callable[[torch.Tensor], "GGMLBlocks | None"]  # a weight Parameter -> its GGUF blocks
@@ -68,6 +73,7 @@ class PackedLinear:
         self.mkl: tuple[int, torch.Tensor] | None = None  # (batch size, MKL-packed W)
         self.native = ops.native_kernels() if (w is None or w.device.type == "cpu") else None
         self.fallback: torch.Tensor | None = None  # dequantized fp32 W when the kernels are missing
+        self.a8: object | None = None  # the kernels' Linear holding the repacked A8 blocks (made on first use)
         if quant == "int8":
             self.q, scale = quantize_int8(w.float())
             self.scale = scale.to(torch.bfloat16)
@@ -112,7 +118,11 @@ class PackedLinear:
             x = x * self.in_scale
         x = x.contiguous()
         if self.fallback is not None:
-            y = F.linear(x, self.fallback)
+            y = F.linear(round_act(x) if self.quant in A8_FORMATS else x, self.fallback)
+        elif self.quant in A8_FORMATS:
+            if self.a8 is None:
+                self.a8 = ops.a8_linear(self.native, self.blocks)
+            y = self.a8.forward(x)
         elif self.blocks is not None:
             y = ops.linear_blocks(self.native, x, self.blocks)
         else:
@@ -139,7 +149,8 @@ class PackedLinear:
         return y if self.bias is None else y + self.bias
 
     def dequantized(self) -> torch.Tensor:
-        """The dense matrix this computes with, W (out, in) fp32 (q * s for int8; scales folded in)."""
+        """The dense matrix this computes with, W (out, in) fp32 (q * s for int8; scales folded in).
+        (An A8 format applies it to round_act(x * in_scale), so there it is not the whole function.)"""
         if self.quant == "int8":
             return self.q.float() * self.scale.float()[:, None]
         w = dequantize_blocks(self.blocks) if self.blocks is not None else self.w.float()
@@ -151,7 +162,7 @@ class PackedLinear:
 def stacked_blocks(linears: list[torch.nn.Module], quant: str, source: BlockSource | None) -> GGMLBlocks | None:
     """[W_1; W_2; ...] as one block matrix (rows are independent, so stacking is exact), or None.
 
-    q8_0/q4_1: each part's own blocks of that type, else quantized from its fp32 weight.
+    q8_0/q4_1 (and their A8 formats): each part's own blocks of that type, else quantized from its fp32 weight.
     gguf: the parts' own blocks if all have one kernel type, else None (the caller keeps fp32).
     """
     own = [source(lin.weight) if source is not None else None for lin in linears]
@@ -161,7 +172,7 @@ def stacked_blocks(linears: list[torch.nn.Module], quant: str, source: BlockSour
             return None
         parts = own
     else:
-        ggml_type, quantize = QUANTIZERS[quant]
+        ggml_type, quantize = QUANTIZERS[A8_FORMATS.get(quant, quant)]
         parts = [b if b is not None and b.ggml_type == ggml_type else quantize(lin.weight.detach().float())
                  for b, lin in zip(own, linears)]
     data = torch.cat([b.data for b in parts])

@@ -9,6 +9,12 @@
              in the model's dtype: a whole-bf16 prompt flipped SmolLM2's first answer token); tests
              bound the logit error, benchmarks/real_decode.py reports greedy agreement with HF fp32.
 Only an fp32 model on CPU has a "bf16" prefill to gain; other models take the "model" path.
+
+longrope (Phi-3.5, Phi-4-mini) rotates with its short factors while the sequence is at most L0 =
+original_max_position_embeddings long and with its long factors beyond. Keys cached below L0 carry the
+short rotation, so at the step where the sequence reaches L0 + 1 tokens (`rope_switch_length`) the engine
+recomputes the cache from the whole sequence (`recompute`), as transformers' Phi-3 `generate` does: every
+step then equals the full forward of the sequence so far.
 """
 
 from __future__ import annotations
@@ -56,6 +62,21 @@ def prefill(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, ma
         bf16_into(model, ids[:, :-1], positions[:, :-1], None if mask is None else mask[:, :-1], cache)
     # the last token (whose logits choose the first new token) through the model itself, in its dtype
     return model(ids[:, -1:], positions[:, -1:], mask, cache, logits_to_keep=1)[:, -1]
+
+
+def rope_switch_length(model: TransformerLM) -> int | None:
+    """L0 + 1 for a longrope model (the length at which its cache is recomputed), else None."""
+    scaling = model.config.rope_scaling if model.config.pos_embedding == "rope" else None
+    if scaling is None or scaling["rope_type"] != "longrope":
+        return None
+    return int(scaling["original_max_position_embeddings"]) + 1
+
+
+def recompute(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+              cache: KVCache, mode: str = "model") -> torch.Tensor:
+    """Empty `cache` and prefill the whole sequence ids (B, S) again; the last position's logits (B, V)."""
+    cache.reset()
+    return prefill(model, ids, positions, mask, cache, mode)
 
 
 def bf16_into(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,

@@ -64,6 +64,11 @@ def _check_exportable(model: TransformerLM, type_name: str) -> str:
     if arch not in GGUF_ARCHITECTURES:
         raise ValueError(f"GGUF export supports the {', '.join(GGUF_ARCHITECTURES)} architectures; this model "
                          f"exports as {arch!r} (e.g. learned positions and LayerNorm are GPT-2's)")
+    c = model.config
+    for name, value in (("rope_scaling", c.rope_scaling), ("sliding_window", c.sliding_window)):
+        if value is not None:  # llama.cpp would run the model without it: a silently different model
+            raise ValueError(f"GGUF export does not write {name}={value!r}; export this model with "
+                             "save_pretrained (Hugging Face format) instead")
     return arch
 
 

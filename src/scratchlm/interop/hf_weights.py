@@ -139,9 +139,19 @@ def split_fused(state: StateDict, config: ModelConfig, fused: dict[str, tuple[st
             for kind in ("weight", "bias"):
                 key = f"model.layers.{i}.{hf}.{kind}"
                 if kind == "weight" or key in state:
-                    chunks = _pop(state, key).split([sizes[p] for p in parts], 0)
+                    chunks = _split_rows(_pop(state, key), key, [sizes[p] for p in parts], config)
                     state.update({f"model.layers.{i}.{p}.{kind}": c.contiguous() for p, c in zip(parts, chunks)})
     return state
+
+
+def _split_rows(t: Tensor, key: str, sizes: list[int], config: ModelConfig) -> tuple[Tensor, ...]:
+    """t split by rows into `sizes`, or a ValueError when the config's sizes do not add up to t's rows."""
+    if t.shape[0] != sum(sizes):
+        raise ValueError(f"HF checkpoint tensor {key!r} has {t.shape[0]} rows but config.json implies "
+                         f"{' + '.join(map(str, sizes))} = {sum(sizes)} (num_attention_heads={config.n_heads}, "
+                         f"num_key_value_heads={config.n_kv_heads}, head_dim={config.head_dim}, "
+                         f"intermediate_size={config.d_ff}); the config does not describe these weights")
+    return t.split(sizes, 0)
 
 
 def fuse(state: StateDict, config: ModelConfig, fused: dict[str, tuple[str, ...]]) -> StateDict:
@@ -197,7 +207,8 @@ def rename_layer_modules(state: StateDict, mapping: dict[str, str]) -> StateDict
 
 def _pop(state: StateDict, key: str) -> Tensor:
     if key not in state:
-        raise ValueError(f"HF checkpoint is missing tensor {key!r}; is the config's layer count right?")
+        raise ValueError(f"HF checkpoint is missing tensor {key!r}; does config.json match the checkpoint "
+                         "(num_hidden_layers, the number of experts)?")
     return state.pop(key)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("module.cpp",)  # includes gemv.h and llama_step.h
+SOURCES = ("module.cpp",)  # includes the headers (gemv.h, gemv_a8.h, matrix_ref.h, linear.h, llama_step.h)
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off")
 
 

@@ -15,34 +15,15 @@ from __future__ import annotations
 import unicodedata
 
 from scratchlm.tokenizer.json_fields import check_fields, dispatch
-from scratchlm.tokenizer.normalized import NormalizedText, Span
+from scratchlm.tokenizer.normalized import NormalizedText
 from scratchlm.tokenizer.splitting import compile_pattern, parse_pattern, regex_runs
-from scratchlm.tokenizer.unicode_props import count_leading, is_whitespace
-
-
-def _norm_chunks(text: str, form: str) -> list[tuple[int, int]]:
-    """Input ranges that normalize independently: a starter with its combining marks, fused with the
-    next range whenever normalizing them together differs (Hangul jamo, composing starters)."""
-    bounds = [i for i in range(1, len(text)) if unicodedata.combining(text[i]) == 0] + [len(text)]
-    chunks: list[tuple[int, int]] = []
-    start = 0
-    for end in bounds:
-        if chunks:
-            a, b = chunks[-1]
-            joint = unicodedata.normalize(form, text[a:end])
-            if joint != unicodedata.normalize(form, text[a:b]) + unicodedata.normalize(form, text[b:end]):
-                chunks[-1] = (a, end)
-                start = end
-                continue
-        chunks.append((start, end))
-        start = end
-    return chunks
+from scratchlm.tokenizer.unicode_forms import normalize_aligned
+from scratchlm.tokenizer.unicode_props import NEWER_LOWERCASE, NEWER_UPPERCASE, count_leading, is_whitespace
 
 
 class Unicode:
-    """NFC, NFD, NFKC or NFKD. Within a chunk that normalizes on its own, output char j keeps the span
-    of input char j (the last input char for extra output chars), as HF aligns them: composed "é" from
-    "e\u0301" points at "e", both chars of a decomposed "é" point at "é"."""
+    """NFC, NFD, NFKC or NFKD, each output char aligned to input chars as HF aligns them
+    (unicode_forms.py): composed "é" from "e\u0301" points at "e", both chars of a decomposed "é" at "é"."""
 
     def __init__(self, form: str) -> None:
         self.form = form
@@ -56,24 +37,14 @@ class Unicode:
         return {"type": self.form}
 
     def normalize(self, nt: NormalizedText) -> NormalizedText:
-        text = nt.text
-        if unicodedata.is_normalized(self.form, text):
+        if unicodedata.is_normalized(self.form, nt.text):
             return nt
-        spans = nt.all_spans()
-        out: list[str] = []
-        new: list[Span] = []
-        chunks = _norm_chunks(text, self.form)
-        if "".join(unicodedata.normalize(self.form, text[a:b]) for a, b in chunks) != unicodedata.normalize(self.form, text):
-            chunks = [(0, len(text))]
-        for a, b in chunks:
-            piece = unicodedata.normalize(self.form, text[a:b])
-            out.append(piece)
-            new.extend(spans[min(a + j, b - 1)] for j in range(len(piece)))
-        return nt.rewritten("".join(out), new)
+        return nt.rewritten(*normalize_aligned(nt.text, self.form, nt.all_spans()))
 
 
 class Lowercase:
-    """Per-char lowercase (Rust's char::to_lowercase, which has no final-sigma context rule)."""
+    """Per-char lowercase (Rust's char::to_lowercase, which has no final-sigma context rule, and knows
+    case pairs newer than Python's: unicode_props.NEWER_LOWERCASE)."""
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> "Lowercase":
@@ -86,12 +57,13 @@ class Lowercase:
     def normalize(self, nt: NormalizedText) -> NormalizedText:
         text = nt.text
         low = text.lower() if "Σ" not in text else "".join(c.lower() for c in text)
+        newer = not text.isascii() and NEWER_UPPERCASE.search(text) is not None
         if len(low) == len(text):
-            return nt.replaced(low)
+            return nt.replaced(low.translate(NEWER_LOWERCASE) if newer else low)
         spans = nt.all_spans()
         out, new = [], []
         for ch, sp in zip(text, spans):
-            lc = ch.lower()
+            lc = ch.translate(NEWER_LOWERCASE) if newer and NEWER_UPPERCASE.match(ch) else ch.lower()
             out.append(lc)
             new.extend([sp] * len(lc))
         return nt.rewritten("".join(out), new)

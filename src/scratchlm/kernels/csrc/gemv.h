@@ -9,13 +9,11 @@
 //          (d * q is exact in fp32, so fma(d, q, m) == fl(fl(d * q) + m))
 // ggml block layouts (bytes): q8_0 = [d f16][32 x int8] (34); q4_1 = [d f16][m f16][16 bytes: element
 // j in the low nibble of byte j, element j + 16 in the high nibble] (20).
-// Rows are split over torch's intra-op threads (at::parallel_for: torch's own OpenMP pool).
+// matrix_ref.h splits rows over threads; gemv_a8.h holds the integer (8-bit activation) kernels.
 // With AVX-512 (built with -march=native on such a CPU) the inner loops use 16-lane intrinsics;
 // otherwise a portable loop the compiler vectorizes for whatever the machine has.
 
 #pragma once
-
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
@@ -242,59 +240,5 @@ void dense_rows(const float* x, const T* w, float* y, int64_t K, int64_t N, int6
   }
 #endif
 }
-
-// Rows per task: enough work to amortise waking a thread (~64 KB of weights), so a 2-thread split
-// only happens on matrices where it pays.
-inline int64_t grain(int64_t row_bytes) { return std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(row_bytes, 1)); }
-
-enum Format : int { F32 = 0, BF16 = 1, Q8_0 = 2, Q4_1 = 3 };
-
-// One weight matrix W (N, K) in a Format, as raw bytes, and the ops around it:
-//   y[b, n] = (x[b] . W[n]) * out_scale[n] + bias[n] (+ residual[b, n]); optional pointers may be null.
-struct MatrixRef {
-  int format;
-  const void* data;
-  int64_t N, K;
-  const float* out_scale;
-  const float* bias;
-
-  int64_t row_bytes() const {
-    switch (format) {
-      case F32: return K * 4;
-      case BF16: return K * 2;
-      case Q8_0: return (K / QK) * Q8_0_BYTES;
-      default: return (K / QK) * Q4_1_BYTES;
-    }
-  }
-
-  // y (B, N) row-major; x (B, K) row-major fp32; residual (B, N) or null (may alias y).
-  void matvec(const float* x, float* y, int64_t B, const float* residual) const {
-    at::parallel_for(0, N, grain(row_bytes()), [&](int64_t n0, int64_t n1) {
-      for (int64_t b0 = 0; b0 < B; b0 += BATCH_TILE) {
-        const int64_t nb = std::min(BATCH_TILE, B - b0);
-        rows(x, y, b0, nb, n0, n1);
-        for (int64_t b = b0; b < b0 + nb; ++b) {
-          for (int64_t n = n0; n < n1; ++n) {
-            float v = y[b * N + n];
-            if (out_scale) v *= out_scale[n];
-            if (bias) v += bias[n];
-            if (residual) v += residual[b * N + n];
-            y[b * N + n] = v;
-          }
-        }
-      }
-    });
-  }
-
-  void rows(const float* x, float* y, int64_t b0, int64_t nb, int64_t n0, int64_t n1) const {
-    const auto* bytes = static_cast<const uint8_t*>(data);
-    switch (format) {
-      case F32: dense_rows<float>(x, static_cast<const float*>(data), y, K, N, b0, nb, n0, n1); break;
-      case BF16: dense_rows<uint16_t>(x, static_cast<const uint16_t*>(data), y, K, N, b0, nb, n0, n1); break;
-      case Q8_0: block_rows<Q8_0Block>(x, bytes, y, K, N, b0, nb, n0, n1); break;
-      default: block_rows<Q4_1Block>(x, bytes, y, K, N, b0, nb, n0, n1); break;
-    }
-  }
-};
 
 }  // namespace scratchlm

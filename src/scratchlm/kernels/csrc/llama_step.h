@@ -1,6 +1,6 @@
 // A whole one-token decode step of a pre-norm Llama-family model (RMSNorm, RoPE, GQA, SwiGLU) in C++:
 // FastDecoder.step's math (generate/fast_decode.py) without the ~35 Python-dispatched torch ops per
-// layer, the matrices in any gemv.h format. Per layer, for every row b of the batch:
+// layer, the matrices in any matrix_ref.h format. Per layer, for every row b of the batch:
 //   xn  = x * rsqrt(sum(x^2) / D + eps)                    (the norm gain lives in the next matrix)
 //   qkv = Wqkv(xn)                                         (q rows carry 1/sqrt(Hd))
 //   q, k = q * cos + rot(q) * sin, k likewise              (rot: (a, b) -> (-b, a) over the style's pairs)
@@ -19,11 +19,9 @@
 #include <optional>
 #include <vector>
 
-#include "gemv.h"
+#include "linear.h"
 
 namespace scratchlm {
-
-inline const float* opt_ptr(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 // a . b over n floats (16-lane partial sums where the kernels have AVX-512: a scalar fp32 loop is one
 // long dependency chain the compiler may not reorder).
@@ -42,36 +40,6 @@ inline float dot_product(const float* a, const float* b, int64_t n) {
   for (; j < n; ++j) tail += a[j] * b[j];
   return tail;
 }
-
-struct Linear {
-  torch::Tensor w, in_scale, out_scale, bias;  // kept alive here; undefined when absent
-  MatrixRef ref;
-
-  Linear(int format, torch::Tensor w_, int64_t N, int64_t K, std::optional<torch::Tensor> in,
-         std::optional<torch::Tensor> out, std::optional<torch::Tensor> b)
-      : w(w_.contiguous()), in_scale(vec(in, K)), out_scale(vec(out, N)), bias(vec(b, N)) {
-    ref = MatrixRef{format, w.data_ptr(), N, K, opt_ptr(out_scale), opt_ptr(bias)};
-    TORCH_CHECK(w.numel() * w.element_size() == N * ref.row_bytes(), "weight bytes do not match (", N, ", ", K, ")");
-    TORCH_CHECK(K % (format == F32 || format == BF16 ? 16 : QK) == 0, "K = ", K, " is not a multiple of the format's block");
-  }
-
-  static torch::Tensor vec(const std::optional<torch::Tensor>& t, int64_t n) {
-    if (!t.has_value()) return torch::Tensor();
-    TORCH_CHECK(t->numel() == n, "expected a vector of ", n, " values, got ", t->numel());
-    return t->to(torch::kFloat32).contiguous();
-  }
-
-  // y (B, N) = this(x (B, K)) (+ residual (B, N), which must not alias y); scratch holds x * in_scale.
-  void apply(const float* x, float* y, int64_t B, const float* residual, std::vector<float>& scratch) const {
-    if (in_scale.defined()) {
-      const float* g = in_scale.data_ptr<float>();
-      scratch.resize(B * ref.K);
-      for (int64_t i = 0; i < B * ref.K; ++i) scratch[i] = x[i] * g[i % ref.K];
-      x = scratch.data();
-    }
-    ref.matvec(x, y, B, residual);
-  }
-};
 
 struct LlamaStep {
   torch::Tensor embed, cos, sin;  // embed (V, D); cos, sin (T_max, Hd) in the style's layout

@@ -1,9 +1,8 @@
-// Python bindings of scratchlm's decode kernels (gemv.h: the matrix-vector kernels; llama_step.h: a whole
-// Llama decode step built on them). Built by kernels/build.py with torch.utils.cpp_extension.
+// Python bindings of scratchlm's decode kernels (gemv.h / gemv_a8.h: the matrix-vector kernels, matrix_ref.h:
+// one matrix in a format, linear.h: with its scales and bias; llama_step.h: a whole Llama decode step). Built by kernels/build.py with torch.utils.cpp_extension.
 
 #include <torch/extension.h>
 
-#include "gemv.h"
 #include "llama_step.h"
 
 namespace {
@@ -54,6 +53,25 @@ torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w) {
   return linear_dense(x, w, torch::kBFloat16, scratchlm::BF16);
 }
 
+// x (B, K) fp32 -> (q int8 (B, K), d fp32 (B, K / 32)): the activation quantization of the A8 formats.
+std::tuple<torch::Tensor, torch::Tensor> quantize_act(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2 && x.size(1) % scratchlm::QK == 0, "x must be (B, K) with K a multiple of 32, got ", x.sizes());
+  check_x(x, x.size(1));
+  scratchlm::ActQ8 a;
+  scratchlm::quantize_rows(x.data_ptr<float>(), x.size(0), x.size(1), a);
+  auto q = torch::from_blob(a.q.data(), {x.size(0), x.size(1)}, torch::kInt8).clone();
+  auto d = torch::from_blob(a.d.data(), {x.size(0), a.nb}, torch::kFloat32).clone();
+  return {q, d};
+}
+
+bool has_vnni() {
+#ifdef SCRATCHLM_VNNI
+  return true;
+#else
+  return false;
+#endif
+}
+
 bool has_avx512() {
 #ifdef SCRATCHLM_AVX512
   return true;
@@ -70,9 +88,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_f32", &linear_f32, "x (B, K) fp32 @ W (N, K) fp32 ^T -> (B, N)");
   m.def("linear_bf16", &linear_bf16, "x (B, K) fp32 @ W (N, K) bf16 ^T -> (B, N)");
   m.def("has_avx512", &has_avx512, "built with the AVX-512 inner loops");
+  m.def("has_vnni", &has_vnni, "the A8 (8-bit activation) kernels use AVX512-VNNI");
+  m.def("quantize_act", &quantize_act, "x (B, K) fp32 -> (q int8, d fp32 per 32-block)");
   pybind11::class_<scratchlm::Linear>(m, "Linear")
       .def(pybind11::init<int, torch::Tensor, int64_t, int64_t, std::optional<torch::Tensor>,
-                          std::optional<torch::Tensor>, std::optional<torch::Tensor>>());
+                          std::optional<torch::Tensor>, std::optional<torch::Tensor>>())
+      .def("forward", &scratchlm::Linear::forward, "x (B, K) fp32 -> (B, N) fp32");
   pybind11::class_<scratchlm::LlamaStep>(m, "LlamaStep")
       .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, int64_t, int64_t, int64_t, double, bool,
                           std::vector<std::vector<scratchlm::Linear>>, scratchlm::Linear, std::vector<int64_t>>())

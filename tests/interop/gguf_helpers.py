@@ -22,6 +22,44 @@ K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")
 F16_OFFSETS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
 
 
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+               r"\s+(?!\S)|\s+")
+CHATML_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def train_tiny_bpe(shared_data: Path, vocab_size: int = 400):
+    """A Qwen2-style byte-level BPE `tokenizers.Tokenizer` (ChatML specials) trained on tinyshakespeare."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated"),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=CHATML_SPECIALS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator((shared_data / "tinyshakespeare.txt").read_text()[:30000].split("\n"), trainer)
+    return tok
+
+
+TEXTS = ["Hello world, What is the capital of France?", "numbers 2024 and 3.14", "<|im_start|>user\nhi<|im_end|>\n",
+         "  spaces\tand\nnewlines  ", "emoji 🤗 CJK 中文"]
+
+
+def tiny_hf_model(family: str, vocab: int):
+    """A 2-layer random-weight transformers model of `family` (llama untied, qwen2/qwen3 tied) for export tests."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from interop_helpers import randomize_
+
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64, bos_token_id=None, eos_token_id=None,
+                  pad_token_id=None)
+    cls, cfg = {"llama": (LlamaForCausalLM, LlamaConfig(**common, tie_word_embeddings=False)),
+                "qwen2": (Qwen2ForCausalLM, Qwen2Config(**common, tie_word_embeddings=True)),
+                "qwen3": (Qwen3ForCausalLM, Qwen3Config(**common, head_dim=128, tie_word_embeddings=True))}[family]
+    return randomize_(cls(cfg)).eval()
+
+
 def gguf_tensor_name(hf: str) -> str:
     base, kind = hf.rsplit(".", 1)
     if base in GLOBAL:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from gguf_helpers import tokenizer_metadata, write_gguf
@@ -14,20 +14,13 @@ from interop_helpers import randomize_
 from scratchlm.cli.main import main
 from scratchlm.loading import load_pretrained, model_kind
 
-QWEN2 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 @pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory, shared_data):
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2), behavior="isolated"),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator((shared_data / "tinyshakespeare.txt").read_text()[:30000].split("\n"), trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+def tiny_gguf(tmp_path_factory, hf_tokenizer):
+    tok = hf_tokenizer
     config = Qwen2Config(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=96,
                          tie_word_embeddings=True, bos_token_id=None, eos_token_id=None, pad_token_id=None)
@@ -70,3 +63,27 @@ def test_generate_and_models_cli_on_a_gguf_match_transformers(tiny_gguf, capsys)
     out = capsys.readouterr().out
     report = json.loads(out[out.index("{"):])
     assert report["checkpoint"] == str(path) and report["params"] == sum(p.numel() for p in theirs.parameters())
+
+
+@pytest.mark.parametrize("dtype,torch_dtype,rel", [("fp32", torch.float32, 1e-5), ("bf16", torch.bfloat16, 2e-2)])
+def test_eval_dtype_dequantizes_to_it_and_matches_transformers(tiny_gguf, tmp_path, capsys, dtype, torch_dtype, rel):
+    """--dtype fp32|bf16: a GGUF's blocks are dequantized to that dtype (transformers' dequantized weights cast
+    to it, bit for bit), and eval's perplexity is transformers' at that dtype."""
+    path, _, tok = tiny_gguf
+    theirs = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    theirs = theirs.to(torch_dtype)
+    ours = load_pretrained(path, dtype=torch_dtype).model
+    their_state = theirs.state_dict()
+    for name, p in ours.state_dict().items():
+        assert p.dtype == torch_dtype and torch.equal(p, their_state[name]), name
+    text = "ROMEO: What say you, my lord? JULIET: Nothing, sir."
+    ids = torch.tensor([tok.encode(text).ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(theirs(ids).logits[0, :-1].float(), -1)
+    nll = -logp.gather(-1, ids[0, 1:, None]).mean().item()
+    (tmp_path / "t.jsonl").write_text(json.dumps({"text": text}) + "\n")
+    assert main(["eval", "--checkpoint", str(path), "--task", "perplexity", "--data", str(tmp_path / "t.jsonl"),
+                 "--dtype", dtype, "--no-progress", "--device", "cpu"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["tokens"] == ids.shape[1] - 1
+    assert got["perplexity"] == pytest.approx(math.exp(nll), rel=rel)

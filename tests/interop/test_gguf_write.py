@@ -6,46 +6,17 @@ import json
 
 import pytest
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, \
-    Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from interop_helpers import randomize_
+from gguf_helpers import TEXTS, tiny_hf_model
 from scratchlm.interop.gguf_load import load_gguf
 from scratchlm.interop.gguf_write import save_gguf
 from scratchlm.interop.pretrained import from_pretrained
 from scratchlm.tokenizer.pipeline import Tokenizer as OurTokenizer
 
-QWEN2 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-TEXTS = ["Hello world, What is the capital of France?", "numbers 2024 and 3.14", "<|im_start|>user\nhi<|im_end|>\n",
-         "  spaces\tand\nnewlines  ", "emoji 🤗 CJK 中文"]
-
-
-@pytest.fixture(scope="module")
-def hf_tokenizer(shared_data) -> Tokenizer:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2), behavior="isolated"),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                  show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator((shared_data / "tinyshakespeare.txt").read_text()[:30000].split("\n"), trainer)
-    return tok
-
-
-def _hf_model(family: str, vocab: int):
-    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=64, bos_token_id=None, eos_token_id=None,
-                  pad_token_id=None)
-    cls, cfg = {"llama": (LlamaForCausalLM, LlamaConfig(**common, tie_word_embeddings=False)),
-                "qwen2": (Qwen2ForCausalLM, Qwen2Config(**common, tie_word_embeddings=True)),
-                "qwen3": (Qwen3ForCausalLM, Qwen3Config(**common, head_dim=128, tie_word_embeddings=True))}[family]
-    return randomize_(cls(cfg)).eval()
-
-
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
 def test_f32_export_reads_back_in_transformers_and_scratchlm(tmp_path, hf_tokenizer, family):
-    hf = _hf_model(family, hf_tokenizer.get_vocab_size())
+    hf = tiny_hf_model(family, hf_tokenizer.get_vocab_size())
     hf.save_pretrained(tmp_path / "hf")
     ours = from_pretrained(tmp_path / "hf")
     tok = OurTokenizer.from_hf_dict(json.loads(hf_tokenizer.to_str()))
@@ -68,7 +39,7 @@ def test_f32_export_reads_back_in_transformers_and_scratchlm(tmp_path, hf_tokeni
 
 
 def test_q8_0_export_is_what_transformers_reads(tmp_path, hf_tokenizer):
-    hf = _hf_model("llama", hf_tokenizer.get_vocab_size())
+    hf = tiny_hf_model("llama", hf_tokenizer.get_vocab_size())
     hf.save_pretrained(tmp_path / "hf")
     ours = from_pretrained(tmp_path / "hf")
     save_gguf(ours, tmp_path / "q.gguf", type_name="Q8_0")
@@ -104,7 +75,7 @@ def test_export_refusals(tmp_path):
 def test_convert_cli_to_gguf_and_back(tmp_path, hf_tokenizer, capsys):
     from scratchlm.cli.main import main
 
-    hf = _hf_model("qwen2", hf_tokenizer.get_vocab_size())
+    hf = tiny_hf_model("qwen2", hf_tokenizer.get_vocab_size())
     hf.save_pretrained(tmp_path / "hf")
     hf_tokenizer.save(str(tmp_path / "hf" / "tokenizer.json"))
     (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps(

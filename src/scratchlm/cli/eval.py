@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from scratchlm.align.rewards import REWARDS, get_reward
+from scratchlm.cli.generate import DTYPES
 from scratchlm.cli.outputs import add_output_arg
 from scratchlm.data.align_data import encode_rl_prompts
 from scratchlm.data.chat_format import chat_format_of
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
-    loaded = load_model_or_adapter(args.checkpoint, keep_quantized=False)
+    loaded = load_model_or_adapter(args.checkpoint, keep_quantized=False, dtype=DTYPES[args.dtype])
     loaded.model = loaded.model.to(pick_device(args.device)).eval()
     result = run_task(args, loaded)
     header = {"task": args.task, "checkpoint": str(args.checkpoint), "data": str(args.data)}
@@ -102,6 +103,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N items")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
+                   help="weights/activations dtype (a GGUF's blocks are dequantized to it; log-probs in fp32)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("perplexity")
     g.add_argument("--seq-len", type=int, default=None, help="window length (default: the model's context)")

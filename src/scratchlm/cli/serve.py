@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from scratchlm.cli.generate import DTYPES
 from scratchlm.serve import API_KEY_ENV
 from scratchlm.serve.scheduler import SERVE_DECODE_MODES  # torch only; fastapi/uvicorn stay lazy
 
@@ -40,7 +41,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes,
         max_queue=args.max_queue, prefix_cache_mb=args.prefix_cache_mb, allowed_hosts=args.allowed_hosts,
         allowed_origins=args.allowed_origins, max_context=args.max_context)
-    run_server(args.checkpoint, args.host, args.port, args.model_name, device=args.device,
+    run_server(args.checkpoint, args.host, args.port, args.model_name, device=args.device, dtype=DTYPES[args.dtype],
                shutdown_timeout=args.shutdown_timeout, access_log=not args.no_access_log, options=options)
     return 0
 
@@ -80,6 +81,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="comma-separated browser origins allowed to call the API cross-site (CORS; default: none)")
     p.add_argument("--no-access-log", action="store_true", help="do not log one line per request to stderr")
     p.add_argument("--device", default="cpu", help="torch device for the model (default cpu; e.g. cuda)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
+                   help="weights/activations dtype (a GGUF's blocks are dequantized to it; default fp32)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--decode", choices=SERVE_DECODE_MODES, default="fast",
                    help="decode step: fast = packed weights, same output as the model (default); model = the "

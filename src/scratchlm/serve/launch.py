@@ -110,14 +110,14 @@ def configure_logging(access_log: bool) -> None:
 
 def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
                device: str = "cpu", shutdown_timeout: float = 10.0, access_log: bool = True,
-               options: ServeOptions | None = None) -> None:
-    """Serve the model at `checkpoint` (a scratchlm or HF model dir, or a .gguf file) until stopped."""
+               options: ServeOptions | None = None, dtype: torch.dtype = torch.float32) -> None:
+    """Serve the model at `checkpoint` (a scratchlm or HF model dir, or a .gguf file) in `dtype` until stopped."""
     options = options or ServeOptions()
     checkpoint = Path(checkpoint)
     if shutdown_timeout < 0:
         raise ValueError(f"--shutdown-timeout {shutdown_timeout} must be >= 0 seconds")
     check_device(device)
-    loaded = load_pretrained(checkpoint, device=device)
+    loaded = load_pretrained(checkpoint, device=device, dtype=dtype)
     model, tokenizer = loaded.model, loaded.tokenizer
     name = model_name or default_model_name(checkpoint)
     options.allowed_hosts = default_allowed_hosts(host, options.allowed_hosts)

@@ -51,10 +51,11 @@ class _CharSplit:
 
     behavior = "Isolated"
     char_class = ""
+    oniguruma = True  # chars newer than Oniguruma's tables are unassigned (False: the class decides)
 
     def pre_tokenize(self, pieces: list) -> list:
         rx = char_regex(self.char_class)
-        return [p for nt in pieces for p in split_text(nt, regex_runs(rx, text_of(nt)), self.behavior)]
+        return [p for nt in pieces for p in split_text(nt, regex_runs(rx, text_of(nt), self.oniguruma), self.behavior)]
 
 
 
@@ -62,6 +63,7 @@ class Digits(_CharSplit):
     """Numeric chars (Nd/Nl/No) apart: each alone (individual_digits) or as contiguous runs."""
 
     char_class = NUMERIC_CLASS
+    oniguruma = False  # HF asks Rust's char::is_numeric, whose tables are newer than Oniguruma's
 
     def __init__(self, individual_digits: bool = False) -> None:
         self.individual_digits = individual_digits

@@ -10,7 +10,8 @@ the text between them T:
 `invert=True` swaps match and non-match first. Empty pieces are dropped.
 
 Regexes behave like Oniguruma's (HF's engine, Ruby syntax): `^`/`$` match at every line start/end, and
-an empty match right where the previous match ended is skipped (the search moves on one char).
+an empty match right where the previous match ended is skipped (the search moves on one char), and
+chars newer than Oniguruma's Unicode tables are unassigned to it (unicode_props.as_regex_engines_see).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Iterator
 import regex
 
 from scratchlm.tokenizer.normalized import NormalizedText
+from scratchlm.tokenizer.unicode_props import NEWER_THAN_ONIG, as_regex_engines_see
 
 BEHAVIORS = ("Isolated", "Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous")
 Run = tuple[int, int, bool]  # (start, end, is_match) in chars
@@ -59,13 +61,40 @@ def onig_matches(rx: regex.Pattern, text: str) -> Iterator[tuple[int, int]]:
         pos = last_end = e
 
 
-def regex_runs(rx: regex.Pattern, text: str) -> list[Run]:
+@lru_cache(maxsize=64)
+def _names_newer_chars(rx: regex.Pattern) -> bool:
+    return NEWER_THAN_ONIG.search(rx.pattern) is not None
+
+
+def regex_spans(rx: regex.Pattern, text: str, oniguruma: bool = True) -> list[tuple[int, int]]:
+    """(start, end) of rx's matches in `text` as Oniguruma finds them (its Unicode tables: a char it
+    does not know is unassigned, unless the pattern names that char itself); oniguruma=False: as the
+    `regex` module finds them (char classes that HF computes in Rust, not with a regex)."""
+    return [m.span() for m in rx.finditer(_as_seen(rx, text) if oniguruma else text)]
+
+
+def _as_seen(rx: regex.Pattern, text: str) -> str:
+    """The text rx runs on: chars newer than Oniguruma's tables unassigned (unless rx names one)."""
+    if text.isascii() or NEWER_THAN_ONIG.search(text) is None or _names_newer_chars(rx):
+        return text
+    return as_regex_engines_see(text)
+
+
+def regex_pieces(rx: regex.Pattern, text: str) -> list[str]:
+    """The matched substrings of `text` (for patterns that never match empty, like GPT-2's)."""
+    seen = _as_seen(rx, text)
+    if seen is text:
+        return rx.findall(text)
+    return [text[m.start():m.end()] for m in rx.finditer(seen)]
+
+
+def regex_runs(rx: regex.Pattern, text: str, oniguruma: bool = True) -> list[Run]:
     """Cover of `text` by match / non-match runs (Oniguruma iteration, see module docstring)."""
     if not text:
         return [(0, 0, False)]
-    spans = [m.span() for m in rx.finditer(text)]
+    spans = regex_spans(rx, text, oniguruma)
     if any(s == e for s, e in spans):  # Python and Oniguruma differ only around empty matches
-        spans = list(onig_matches(rx, text))
+        spans = list(onig_matches(rx, _as_seen(rx, text) if oniguruma else text))
     runs: list[Run] = []
     prev = 0
     for s, e in spans:

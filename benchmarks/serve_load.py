@@ -17,6 +17,7 @@ llama-tiny model, D 128, 4 layers, 2048-token context) unless --checkpoint is gi
                   builds the vocabulary index and the grammar)
 Prints one JSON object (last line).
     python benchmarks/serve_load.py [--clients 64] [--requests 10] [--max-tokens 32] [--checkpoint DIR]
+                                    [--max-context 2048]
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class Server:
     def __init__(self, checkpoint: Path, args: argparse.Namespace, *extra: str) -> None:
         cmd = [sys.executable, "-m", "scratchlm.cli.main", "serve", "--checkpoint", str(checkpoint), "--port", "0",
                "--model-name", "bench", "--threads", str(args.threads), "--decode", args.decode, "--no-access-log",
-               *extra]
+               *(["--max-context", str(args.max_context)] if args.max_context else []), *extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
         if " on " not in line:
@@ -213,7 +214,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the server (the client needs a core)")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--decode", choices=SERVE_DECODE_MODES, default="fast", help="the server's decode step")
-    ap.add_argument("--checkpoint", type=Path, default=None)
+    ap.add_argument("--checkpoint", type=Path, default=None, help="a model to serve instead (e.g. the SmolLM2 GGUF)")
+    ap.add_argument("--max-context", type=int, default=None,
+                    help="the servers' --max-context (a big model's KV cache is --max-batch x its context)")
     ap.add_argument("--quiet-timeout", type=float, default=30.0, help="longest wait for a quiet machine per phase")
     args = ap.parse_args()
     QUIET_TIMEOUT[0] = args.quiet_timeout

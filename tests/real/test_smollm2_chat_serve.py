@@ -30,7 +30,7 @@ def test_serve_answers_paris_through_openai_with_the_models_template(smollm2_ggu
     want_prompt = hf_tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "scratchlm.cli.main", "serve", "--checkpoint", str(smollm2_gguf),
-                             "--port", "0", "--threads", "1"], stdout=subprocess.PIPE, stderr=log, text=True,
+                             "--port", "0", "--threads", "1", "--max-batch", "4", "--max-context", "2048"], stdout=subprocess.PIPE, stderr=log, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         line = proc.stdout.readline()

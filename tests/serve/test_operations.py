@@ -158,3 +158,24 @@ def test_client_gone_mid_stream_or_before_the_answer_cancels_and_frees_rows():
         wait_until(lambda: get_json(url + "/health")["cancelled"] == 8 and get_json(url + "/health")["active"] == 0)
         health = get_json(url + "/health")
     assert health["completed"] == 0 and health["waiting"] == 0
+
+
+def test_max_context_shrinks_the_kv_cache_and_the_limits_not_the_replies():
+    """--max-context 24 on a 64-token model: the slot cache holds 24 tokens a row, requests past 24 tokens are
+    400s naming 24, and replies that fit equal the engine's (full-context) greedy replies."""
+    from serve_helpers import ref_completion
+
+    model, tok = byte_model(max_seq_len=64)
+    app = create_app(model, tok, "m", max_context=24, max_batch=2)
+    assert app.state.serve.scheduler.slots.cache.max_seq_len == 24
+    with TestClient(app) as http:
+        for body in ({**BODY, "prompt": "x" * 30}, {**BODY, "prompt": "abc", "max_tokens": 30}):
+            r = http.post("/v1/completions", json=body)
+            assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+            assert "24" in r.json()["error"]["message"]
+        for prompt in ("hello", "abc", "0123456789"):  # 3 rows through a 2-row cache: rows leave, shift, join
+            r = http.post("/v1/completions", json={**BODY, "prompt": prompt, "max_tokens": 12, "n": 3})
+            assert r.status_code == 200, r.text
+            assert [c["text"] for c in r.json()["choices"]] == [ref_completion((model, tok), prompt, 12)] * 3
+    with pytest.raises(ValueError, match="--max-context 65 must be between 2 and the model's context"):
+        create_app(model, tok, "m", max_context=65)

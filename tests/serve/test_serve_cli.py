@@ -45,7 +45,8 @@ def test_default_model_name(tmp_path):
 def test_bad_operation_flags(tiny_checkpoint, capsys):
     base = ["serve", "--checkpoint", str(tiny_checkpoint)]
     for flags, named in ((["--max-queue", "-1"], "--max-queue -1"), (["--shutdown-timeout", "-5"], "--shutdown-timeout -5"),
-                         (["--prefix-cache-mb", "-1"], "--prefix-cache-mb -1"), (["--allowed-hosts", ","], "--allowed-hosts")):
+                         (["--prefix-cache-mb", "-1"], "--prefix-cache-mb -1"), (["--allowed-hosts", ","], "--allowed-hosts"),
+                         (["--max-context", "100000"], "--max-context 100000")):
         try:
             code = main(base + flags)
         except SystemExit as exc:  # argparse's own type errors

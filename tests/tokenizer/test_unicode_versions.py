@@ -71,3 +71,41 @@ def test_char_class_pre_tokenizers_equal_hf(d):
     hf_pre = {"Punctuation": pre_tokenizers.Punctuation(), "Digits": pre_tokenizers.Digits(individual_digits=True)}[d["type"]]
     want = [p for p, _ in hf_pre.pre_tokenize_str(text)]
     assert ours_pre.from_json(d).pre_tokenize([text]) == want
+
+
+@pytest.mark.parametrize("form", ["Lowercase", "NFC", "NFD", "NFKC", "NFKD"])
+def test_normalizers_equal_hf(form):
+    """HF's Lowercase (Rust's to_lowercase) knows newer case pairs than Python 3.11, its normalization
+    tables (unicode-normalization-alignments) fewer decompositions and combining classes: every char
+    with a decomposition, a case mapping or a combining class, alone, after "a" (compositions), and
+    every mark after a class-240 mark (reordering)."""
+    import unicodedata
+
+    from tokenizers import normalizers
+
+    from scratchlm.tokenizer import normalizers as ours_norm
+    from scratchlm.tokenizer.normalized import NormalizedText
+
+    chars = [chr(c) for c in CODE_POINTS if unicodedata.decomposition(chr(c)) or chr(c).lower() != chr(c)
+             or unicodedata.combining(chr(c))]
+    chars += ["\U00011935\U00011930", "\u32ff", "\ua7cb", "\U00010d50", "\U00016ea0"]  # newer than a side
+    marks = [c for c in chars if len(c) == 1 and unicodedata.combining(c)]
+    text = " ".join(chars) + " " + " ".join("a" + c for c in chars) + " " + " ".join("e\u0345" + m for m in marks)
+    want = getattr(normalizers, form)().normalize_str(text)
+    assert ours_norm.from_json({"type": form}).normalize(NormalizedText(text)).text == want
+
+
+def test_single_word_neighbours_as_hf_sees_them():
+    """A single_word added token next to a char newer than HF's regex tables is alone (HF's \\w does not
+    know that char)."""
+    from tokenizers import AddedToken, models
+    from tokenizers import Tokenizer as HFTokenizer
+
+    hf = HFTokenizer(models.BPE(vocab={"a": 0}, merges=[]))
+    hf.add_tokens([AddedToken("Q", single_word=True, normalized=False)])
+    ours = Tokenizer.from_hf_dict(json.loads(hf.to_str()))
+    chars = [chr(c) for c in CODE_POINTS[::40] if c != ord("Q")]
+    chars += [chr(c) for c in CODE_POINTS if NEWER_THAN_ONIG.match(chr(c))][::4]
+    texts = [t for c in chars for t in ("Q" + c, c + "Q")]
+    for text, want in zip(texts, hf.encode_batch(texts, add_special_tokens=False)):
+        assert ours.encode(text) == want.ids, ascii(text)

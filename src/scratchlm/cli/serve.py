@@ -40,7 +40,7 @@ def run_serve(args: argparse.Namespace) -> int:
         api_key=resolve_api_key(args.api_key, dict(os.environ)), max_batch=args.max_batch, decode=args.decode,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes,
         max_queue=args.max_queue, prefix_cache_mb=args.prefix_cache_mb, allowed_hosts=args.allowed_hosts,
-        allowed_origins=args.allowed_origins)
+        allowed_origins=args.allowed_origins, max_context=args.max_context)
     run_server(args.checkpoint, args.host, args.port, args.model_name, device=args.device, dtype=DTYPES[args.dtype],
                shutdown_timeout=args.shutdown_timeout, access_log=not args.no_access_log, options=options)
     return 0
@@ -67,6 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="most sequences waiting for a batch row; beyond it requests get 429 + Retry-After (default 256)")
     p.add_argument("--max-body-bytes", type=int, default=None,
                    help="largest request body accepted (default 1 MiB; 413 beyond)")
+    p.add_argument("--max-context", type=int, default=None, metavar="TOKENS",
+                   help="serve at most this many tokens per sequence (prompt + reply; default: the model's context). "
+                        "The KV cache holds --max-batch x this many tokens, allocated at start")
     p.add_argument("--prefix-cache-mb", type=float, default=256.0,
                    help="memory for the K/V of shared prompt prefixes, reused across requests (default 256; 0 = off)")
     p.add_argument("--shutdown-timeout", type=float, default=10.0,

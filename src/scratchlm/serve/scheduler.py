@@ -68,14 +68,14 @@ class Scheduler:
     """Runs every submitted Sequence to completion in a shared, changing batch."""
 
     def __init__(self, model: TransformerLM, max_batch: int = 32, pad_id: int = 0, decode: str = "model",
-                 max_queue: int = 256, prefix_cache: PrefixCache | None = None) -> None:
+                 max_queue: int = 256, prefix_cache: PrefixCache | None = None, context: int | None = None) -> None:
         if decode not in SERVE_DECODE_MODES:
             raise ValueError(f"unknown decode mode {decode!r} for serving; valid: {SERVE_DECODE_MODES}")
         if max_queue < 0:
             raise ValueError(f"max_queue={max_queue} must be >= 0 (0 = no waiting: busy means 429)")
         self.model = model.eval()
         self.decode_step = make_decode_step(self.model, decode)
-        self.slots = SlotCache(model, max_batch)
+        self.slots = SlotCache(model, max_batch, context)  # context: tokens per row (default max_seq_len)
         self.device = self.slots.cache.k.device
         self.pad_id, self.max_queue = pad_id, max_queue
         self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache(capacity_bytes=0)

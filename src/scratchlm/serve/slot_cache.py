@@ -1,6 +1,6 @@
 """A KV cache whose rows come and go: the memory behind step-level (continuous) batching.
 
-One pre-allocated `KVCache` of R rows x M slots (M = the model's max_seq_len) is shared by every
+One pre-allocated `KVCache` of R rows x M slots (M = the served context: the model's max_seq_len or less) is shared by every
 running sequence. All rows write their next token at the same slot, the cursor c (= cache.seq_len),
 so one decode step serves the whole batch; each row keeps its own positions (passed to the model)
 and a key mask `valid` (R, M), True = a real token of that row. Active rows are packed densely into
@@ -42,10 +42,11 @@ class RowPrefixView(KVCache):
 class SlotCache:
     """R rows sharing one slot cursor; see the module docstring for the join / leave / room rules."""
 
-    def __init__(self, model: TransformerLM, max_rows: int) -> None:
+    def __init__(self, model: TransformerLM, max_rows: int, slots: int | None = None) -> None:
+        """slots: M, the context served (default the model's max_seq_len); memory = 2 L R M KvH Hd elements."""
         if max_rows < 1:
             raise ValueError(f"the batch needs at least 1 row, got max_batch={max_rows}; use --max-batch 1 or more")
-        self.cache = model.new_kv_cache(max_rows)
+        self.cache = model.new_kv_cache(max_rows, max_seq_len=slots)
         self.max_rows = max_rows
         self.slots = self.cache.max_seq_len  # M
         self.valid = torch.zeros(max_rows, self.slots, dtype=torch.bool, device=self.cache.k.device)  # (R, M)

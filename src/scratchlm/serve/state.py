@@ -37,12 +37,23 @@ class ServeOptions:
     prefix_cache_mb: float = 256.0
     allowed_hosts: list[str] | None = None  # None: any Host header
     allowed_origins: list[str] | None = None  # None: no CORS headers at all
+    max_context: int | None = None  # None: the model's max_seq_len; less shrinks the KV cache (batch x context)
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes={self.max_body_bytes} is too small; use at least 1024")
         if self.prefix_cache_mb < 0:
             raise ValueError(f"--prefix-cache-mb {self.prefix_cache_mb} must be >= 0 (0 turns the cache off)")
+
+
+def served_context(model_context: int, max_context: int | None) -> int:
+    """The context the server offers: the model's, or --max-context when that is smaller."""
+    if max_context is None:
+        return model_context
+    if not 2 <= max_context <= model_context:
+        raise ValueError(f"--max-context {max_context} must be between 2 and the model's context ({model_context}); "
+                         f"leave it out to serve the whole context")
+    return max_context
 
 
 class ServerState:
@@ -52,11 +63,11 @@ class ServerState:
                  stop_token_ids: list[int] | None = None, chat_template: Any = None) -> None:
         self.model, self.tokenizer, self.model_name, self.options = model, tokenizer, model_name, options
         self.api_key, self.max_body_bytes = options.api_key, options.max_body_bytes
-        self.context = model.config.max_seq_len
+        self.context = served_context(model.config.max_seq_len, options.max_context)
         self.vocab_size = model.config.vocab_size
         cache = PrefixCache(capacity_bytes=int(options.prefix_cache_mb * (1 << 20)))
         self.scheduler = Scheduler(model, max_batch=options.max_batch, decode=options.decode,
-                                   max_queue=options.max_queue, prefix_cache=cache)
+                                   max_queue=options.max_queue, prefix_cache=cache, context=self.context)
         chat_stops = list(dict.fromkeys([*(stop_token_ids or []), *default_stop_ids(tokenizer)]))
         structured = StructuredOutput(tokenizer, self.vocab_size, chat_stops)
         self.jobs = JobContext(tokenizer, self.context, self.vocab_size, structured, stop_token_ids, chat_stops,

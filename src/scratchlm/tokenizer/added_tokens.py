@@ -22,10 +22,14 @@ import regex
 
 from scratchlm.tokenizer.json_fields import check_fields
 from scratchlm.tokenizer.normalized import NormalizedText
-from scratchlm.tokenizer.unicode_props import WORD_CLASS, count_leading, is_whitespace
+from scratchlm.tokenizer.unicode_props import NEWER_THAN_ONIG, WORD_CLASS, count_leading, is_whitespace
 
-_WORD_AT_END = regex.compile(WORD_CLASS + r"\Z")
-_WORD_AT_START = regex.compile(WORD_CLASS)
+_WORD = regex.compile(WORD_CLASS)
+
+
+def _is_word_char(ch: str) -> bool:
+    """A word char as HF's regex engine sees it (chars newer than its tables are not)."""
+    return _WORD.match(ch) is not None and NEWER_THAN_ONIG.match(ch) is None
 
 
 @dataclass(frozen=True)
@@ -139,8 +143,8 @@ class AddedVocabulary:
 
     @staticmethod
     def _alone(text: str, start: int, stop: int) -> bool:
-        before = start == 0 or _WORD_AT_END.search(text, 0, start) is None
-        after = stop == len(text) or _WORD_AT_START.match(text, stop) is None
+        before = start == 0 or not _is_word_char(text[start - 1])
+        after = stop == len(text) or not _is_word_char(text[stop])
         return before and after
 
     def to_json(self) -> list[dict]:

@@ -19,7 +19,7 @@ from scratchlm.tokenizer.encoding import Encoding
 from scratchlm.tokenizer.json_fields import check_fields
 from scratchlm.tokenizer.normalized import NormalizedText, prepended, text_of
 from scratchlm.tokenizer.patterns import GPT2_PATTERN
-from scratchlm.tokenizer.splitting import regex_runs, regex_spans, split_text
+from scratchlm.tokenizer.splitting import regex_pieces, regex_runs, split_text
 from scratchlm.tokenizer.unicode_props import count_leading, is_whitespace
 
 
@@ -120,7 +120,7 @@ class ByteLevel:
             if not self.use_regex:
                 parts = [nt] if text_of(nt) else []
             elif isinstance(nt, str):
-                parts = [nt[a:b] for a, b in regex_spans(gpt2_regex(), nt)]  # never an empty match
+                parts = regex_pieces(gpt2_regex(), nt)  # the GPT-2 regex never matches empty
             else:
                 parts = split_text(nt, regex_runs(gpt2_regex(), nt.text), "Isolated")
             out.extend(map(_to_byte_chars, parts))

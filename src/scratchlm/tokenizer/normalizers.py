@@ -18,7 +18,7 @@ from scratchlm.tokenizer.json_fields import check_fields, dispatch
 from scratchlm.tokenizer.normalized import NormalizedText
 from scratchlm.tokenizer.splitting import compile_pattern, parse_pattern, regex_runs
 from scratchlm.tokenizer.unicode_forms import normalize_aligned
-from scratchlm.tokenizer.unicode_props import count_leading, is_whitespace
+from scratchlm.tokenizer.unicode_props import NEWER_LOWERCASE, NEWER_UPPERCASE, count_leading, is_whitespace
 
 
 class Unicode:
@@ -43,7 +43,8 @@ class Unicode:
 
 
 class Lowercase:
-    """Per-char lowercase (Rust's char::to_lowercase, which has no final-sigma context rule)."""
+    """Per-char lowercase (Rust's char::to_lowercase, which has no final-sigma context rule, and knows
+    case pairs newer than Python's: unicode_props.NEWER_LOWERCASE)."""
 
     @classmethod
     def from_json(cls, d: dict, where: str) -> "Lowercase":
@@ -56,12 +57,13 @@ class Lowercase:
     def normalize(self, nt: NormalizedText) -> NormalizedText:
         text = nt.text
         low = text.lower() if "Σ" not in text else "".join(c.lower() for c in text)
+        newer = not text.isascii() and NEWER_UPPERCASE.search(text) is not None
         if len(low) == len(text):
-            return nt.replaced(low)
+            return nt.replaced(low.translate(NEWER_LOWERCASE) if newer else low)
         spans = nt.all_spans()
         out, new = [], []
         for ch, sp in zip(text, spans):
-            lc = ch.lower()
+            lc = ch.translate(NEWER_LOWERCASE) if newer and NEWER_UPPERCASE.match(ch) else ch.lower()
             out.append(lc)
             new.extend([sp] * len(lc))
         return nt.rewritten("".join(out), new)

@@ -12,7 +12,7 @@ from typing import Iterator
 import regex
 
 from scratchlm.tokenizer.byte_level import GPT2_PATTERN, gpt2_regex
-from scratchlm.tokenizer.splitting import regex_spans
+from scratchlm.tokenizer.splitting import regex_pieces
 
 __all__ = ["GPT2_PATTERN", "gpt2_regex", "pretokenize", "special_regex", "split_on_specials"]
 
@@ -20,7 +20,7 @@ __all__ = ["GPT2_PATTERN", "gpt2_regex", "pretokenize", "special_regex", "split_
 def pretokenize(text: str) -> list[str]:
     """Split ordinary text (no special tokens) into GPT-2 pre-tokens; ''.join(result) == text (cut where
     encoding cuts: chars newer than the regex engines' Unicode tables are unassigned, see unicode_props)."""
-    return [text[a:b] for a, b in regex_spans(gpt2_regex(), text)]
+    return regex_pieces(gpt2_regex(), text)
 
 
 def special_regex(special_tokens: list[str] | tuple[str, ...]) -> regex.Pattern | None:

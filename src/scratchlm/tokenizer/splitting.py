@@ -70,9 +70,22 @@ def regex_spans(rx: regex.Pattern, text: str, oniguruma: bool = True) -> list[tu
     """(start, end) of rx's matches in `text` as Oniguruma finds them (its Unicode tables: a char it
     does not know is unassigned, unless the pattern names that char itself); oniguruma=False: as the
     `regex` module finds them (char classes that HF computes in Rust, not with a regex)."""
-    if oniguruma and not _names_newer_chars(rx):
-        text = as_regex_engines_see(text)
-    return [m.span() for m in rx.finditer(text)]
+    return [m.span() for m in rx.finditer(_as_seen(rx, text) if oniguruma else text)]
+
+
+def _as_seen(rx: regex.Pattern, text: str) -> str:
+    """The text rx runs on: chars newer than Oniguruma's tables unassigned (unless rx names one)."""
+    if text.isascii() or NEWER_THAN_ONIG.search(text) is None or _names_newer_chars(rx):
+        return text
+    return as_regex_engines_see(text)
+
+
+def regex_pieces(rx: regex.Pattern, text: str) -> list[str]:
+    """The matched substrings of `text` (for patterns that never match empty, like GPT-2's)."""
+    seen = _as_seen(rx, text)
+    if seen is text:
+        return rx.findall(text)
+    return [text[m.start():m.end()] for m in rx.finditer(seen)]
 
 
 def regex_runs(rx: regex.Pattern, text: str, oniguruma: bool = True) -> list[Run]:
@@ -81,8 +94,7 @@ def regex_runs(rx: regex.Pattern, text: str, oniguruma: bool = True) -> list[Run
         return [(0, 0, False)]
     spans = regex_spans(rx, text, oniguruma)
     if any(s == e for s, e in spans):  # Python and Oniguruma differ only around empty matches
-        mapped = oniguruma and not _names_newer_chars(rx)
-        spans = list(onig_matches(rx, as_regex_engines_see(text) if mapped else text))
+        spans = list(onig_matches(rx, _as_seen(rx, text) if oniguruma else text))
     runs: list[Run] = []
     prev = 0
     for s, e in spans:

@@ -15,14 +15,24 @@ crate) and maps the pairs back onto the input by position:
 
 So "é" decomposed gives "e" + U+0301, both pointing at "é"; "e" + U+0301 composed gives "é" pointing at
 "e"; a composition-excluded "שּׁ" (U+FB2C) decomposes under NFC into three chars that all point at it.
-The text itself is always `unicodedata.normalize(form, text)`.
+The text itself is `unicodedata.normalize(form, text)`, except around the chars newer than HF's tables:
+73 that HF leaves as they are (unicode_props.HF_UNNORMALIZED) and 98 marks it gives combining class 0
+(HF_UNKNOWN_MARKS).
 """
 
 from __future__ import annotations
 
 import unicodedata
 
+from scratchlm.tokenizer.unicode_props import HF_UNKNOWN_MARKS, HF_UNNORMALIZED
+
 Span = tuple[int, int]
+
+
+def _ccc(ch: str) -> int:
+    """The canonical combining class in HF's tables (0 for marks they predate)."""
+    cc = unicodedata.combining(ch)
+    return 0 if cc and HF_UNKNOWN_MARKS.match(ch) else cc
 
 
 def _decomposed(text: str, form: str) -> list[list]:
@@ -30,18 +40,18 @@ def _decomposed(text: str, form: str) -> list[list]:
     dform = "NFD" if form in ("NFC", "NFD") else "NFKD"
     out: list[list] = []
     for ch in text:
-        d = unicodedata.normalize(dform, ch)
+        d = ch if HF_UNNORMALIZED.match(ch) else unicodedata.normalize(dform, ch)
         out.append([d[0], 0])
         out.extend([c, 1] for c in d[1:])
     i = 0
     while i < len(out):
-        if unicodedata.combining(out[i][0]) == 0:
+        if _ccc(out[i][0]) == 0:
             i += 1
             continue
         j = i
-        while j < len(out) and unicodedata.combining(out[j][0]) != 0:
+        while j < len(out) and _ccc(out[j][0]) != 0:
             j += 1
-        out[i:j] = sorted(out[i:j], key=lambda p: unicodedata.combining(p[0]))
+        out[i:j] = sorted(out[i:j], key=lambda p: _ccc(p[0]))
         i = j
     return out
 
@@ -52,11 +62,11 @@ def _composed(seq: list[list]) -> list[list]:
     out: list[list] = []
     starter, last_cc = None, 0
     for ch, change in seq:
-        cc = unicodedata.combining(ch)
+        cc = _ccc(ch)
         adjacent = starter is not None and starter == len(out) - 1
         if starter is not None and (last_cc < cc or (cc == 0 and adjacent)):
             composite = unicodedata.normalize("NFC", out[starter][0] + ch)
-            if len(composite) == 1:
+            if len(composite) == 1 and not HF_UNNORMALIZED.match(composite):
                 out[starter] = [composite, out[starter][1] + change - 1]
                 continue
         if cc == 0:
@@ -72,8 +82,10 @@ def normalize_aligned(text: str, form: str, spans: list[Span]) -> tuple[str, lis
     if form in ("NFC", "NFKC"):
         seq = _composed(seq)
     out = "".join(c for c, _ in seq)
-    if out != unicodedata.normalize(form, text):  # never a different text, whatever the alignment
-        out = unicodedata.normalize(form, text)
+    expected = unicodedata.normalize(form, text)
+    newer = HF_UNNORMALIZED.search(text + expected) or HF_UNKNOWN_MARKS.search(text)
+    if out != expected and not newer:  # never another text than unicodedata's, but where HF's tables differ
+        out = expected
         return out, [spans[min(j, len(spans) - 1)] for j in range(len(out))]
     new: list[Span] = []
     i = 0

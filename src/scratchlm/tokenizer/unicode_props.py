@@ -62,6 +62,27 @@ NEWER_THAN_ONIG = regex.compile("[" + (
 ) + "]")
 
 
+# Rust's to_lowercase (HF's Lowercase) knows these case pairs, Python 3.11's str.lower (Unicode 14) not
+NEWER_LOWERCASE = str.maketrans(
+    {0x1C89: 0x1C8A, 0xA7CB: 0x264, 0xA7CC: 0xA7CD, 0xA7CE: 0xA7CF, 0xA7D2: 0xA7D3, 0xA7D4: 0xA7D5, 0xA7DA: 0xA7DB,
+     0xA7DC: 0x19B} | {c: c + 0x20 for c in range(0x10D50, 0x10D66)} | {c: c + 0x1B for c in range(0x16EA0, 0x16EB9)})
+NEWER_UPPERCASE = regex.compile(r"[\u1C89\uA7CB\uA7CC\uA7CE\uA7D2\uA7D4\uA7DA\uA7DC\U00010D50-\U00010D65\U00016EA0-\U00016EB8]")
+# chars HF's normalization tables (unicode-normalization-alignments) predate: NFC/NFD/NFKC/NFKD leave
+# them as they are, and no composition produces them (measured per code point against tokenizers 0.23)
+HF_UNNORMALIZED = regex.compile(
+    r"[\u32FF\uA7F2-\uA7F4\uAB69\U00010781-\U00010785\U00010787-\U000107B0\U000107B2-\U000107BA\U00011938"
+    r"\U0001F16C\U0001FBF0-\U0001FBF9]")
+
+# combining marks those tables predate: combining class 0 to HF (never reordered, they block composition)
+HF_UNKNOWN_MARKS = regex.compile("[" + (
+    r"\u07FD\u0898-\u089F\u08CA-\u08D3\u09FE\u0C3C\u0D3B-\u0D3C\u0EBA\u1715\u1ABF-\u1ACE\u1DF6-\u1DFA"
+    r"\uA82C\U00010D24-\U00010D27\U00010EAB-\U00010EAC\U00010F46-\U00010F50\U00010F82-\U00010F85"
+    r"\U00011070\U0001133B\U0001145E\U00011839-\U0001183A\U0001193D-\U0001193E\U00011943\U000119E0"
+    r"\U00011A34\U00011A47\U00011A99\U00011D42\U00011D44-\U00011D45\U00011D97\U00016FF0-\U00016FF1"
+    r"\U0001E130-\U0001E136\U0001E2AE\U0001E2EC-\U0001E2EF"
+) + "]")
+
+
 def as_regex_engines_see(text: str) -> str:
     """`text` with every char unknown to Oniguruma / tiktoken (NEWER_THAN_ONIG) replaced by an
     unassigned char, same length, so split regexes cut where HF and tiktoken cut."""

@@ -92,13 +92,16 @@ inline int32_t load_i32(const int8_t* p) {
   return v;
 }
 
+constexpr int64_t a8_wbytes(bool q4) { return q4 ? 256 : 512; }  // weight bytes per block of 16 rows
+constexpr int64_t a8_scales(bool q4) { return q4 ? 32 : 16; }     // fp16 scales per block of 16 rows
+
 // One group of 16 rows x NB activation rows [b0, b0 + NB): out[b][r] = row 16g + r's dot with x_b.
 // w: the group's weight bytes; s: its fp16 scales (see the header for both layouts).
+#ifdef SCRATCHLM_VNNI
 template <bool Q4, int NB>
 inline void a8_group(const uint8_t* w, const uint16_t* s, const ActQ8& a, int64_t b0, float (*out)[GROUP]) {
   const int64_t nb = a.nb, K = a.K;
-  constexpr int64_t WBYTES = Q4 ? 256 : 512, SCALES = Q4 ? 32 : 16;  // per block of 16 rows
-#ifdef SCRATCHLM_VNNI
+  constexpr int64_t WBYTES = a8_wbytes(Q4), SCALES = a8_scales(Q4);
   __m512 acc[NB], accm[NB];
   for (int b = 0; b < NB; ++b) acc[b] = accm[b] = _mm512_setzero_ps();
   const __m512i low = _mm512_set1_epi8(0x0f);
@@ -131,7 +134,13 @@ inline void a8_group(const uint8_t* w, const uint16_t* s, const ActQ8& a, int64_
     }
   }
   for (int b = 0; b < NB; ++b) _mm512_storeu_ps(out[b], Q4 ? _mm512_add_ps(acc[b], accm[b]) : acc[b]);
+}
 #else
+// The portable loop: the same integer sums, the same fp32 operations in the same order.
+template <bool Q4, int NB>
+inline void a8_group(const uint8_t* w, const uint16_t* s, const ActQ8& a, int64_t b0, float (*out)[GROUP]) {
+  const int64_t nb = a.nb, K = a.K;
+  constexpr int64_t WBYTES = a8_wbytes(Q4), SCALES = a8_scales(Q4);
   float acc[NB][GROUP] = {}, accm[NB][GROUP] = {};
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* wb = w + i * WBYTES;
@@ -164,8 +173,8 @@ inline void a8_group(const uint8_t* w, const uint16_t* s, const ActQ8& a, int64_
   }
   for (int b = 0; b < NB; ++b)
     for (int r = 0; r < GROUP; ++r) out[b][r] = Q4 ? acc[b][r] + accm[b][r] : acc[b][r];
-#endif
 }
+#endif
 
 // Rows of groups [g0, g1) for activation rows [b0, b0 + nb_rows), nb_rows <= BATCH_TILE, into out (B, 16) tiles.
 template <bool Q4>

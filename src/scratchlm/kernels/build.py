@@ -11,6 +11,8 @@ then takes its pure-torch path (same math, see kernels/ops.py).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import os
@@ -18,6 +20,7 @@ import platform
 import shutil
 import warnings
 from pathlib import Path
+from collections.abc import Iterator
 from types import ModuleType
 
 CSRC = Path(__file__).parent / "csrc"
@@ -50,6 +53,25 @@ def build_name() -> str:
     return "scratchlm_kernels_" + h.hexdigest()[:12]
 
 
+@contextlib.contextmanager
+def build_lock(build_dir: Path) -> Iterator[None]:
+    """Hold an OS lock on `build_dir/scratchlm.lock` (released by the kernel when its process dies) and
+    clear torch's own `lock` file under it.
+
+    torch's `load` guards every build *and every load* with a plain file (`FileBaton`) that a killed build
+    leaves behind; later processes would then wait on it forever. While we hold the flock no scratchlm
+    process is building this name, so a `lock` file found then is stale and is removed.
+    """
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir / "scratchlm.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            (build_dir / "lock").unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @functools.cache
 def native() -> ModuleType | None:
     """The compiled kernel module (built on first call), or None when disabled or no compiler works."""
@@ -57,10 +79,12 @@ def native() -> ModuleType | None:
         return None
     try:
         import torch  # noqa: F401  (loads torch's OpenMP runtime first: the extension then shares it)
-        from torch.utils.cpp_extension import load
+        from torch.utils.cpp_extension import _get_build_directory, load
 
-        return load(name=build_name(), sources=[str(CSRC / s) for s in SOURCES], extra_cflags=list(CFLAGS),
-                    extra_ldflags=["-fopenmp"], verbose=False)
+        name = build_name()
+        with build_lock(Path(_get_build_directory(name, False))):
+            return load(name=name, sources=[str(CSRC / s) for s in SOURCES], extra_cflags=list(CFLAGS),
+                        extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as exc:  # a missing compiler/ninja/headers: fall back to torch, say so once
         warnings.warn(f"scratchlm: native decode kernels unavailable ({type(exc).__name__}: {exc}); "
                       "using the pure-torch paths", RuntimeWarning, stacklevel=2)

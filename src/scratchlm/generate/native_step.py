@@ -60,7 +60,7 @@ def native_linear(mod: Any, lin: PackedLinear) -> Any:
 def native_step(dec: "FastDecoder") -> Any | None:
     """A kernel `LlamaStep` for `dec`, or None (unsupported architecture or no compiled kernels)."""
     mod = ops.native_kernels()
-    if mod is None or not supported(dec):
+    if mod is None or not supported(dec) or dec.embed.device.type != "cpu":  # CPU memory only
         return None
     try:
         layers = [[native_linear(mod, lin) for lin in (l.qkv, l.o, l.ffn_in, l.down)] for l in dec.layers]

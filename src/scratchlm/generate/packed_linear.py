@@ -71,7 +71,9 @@ class PackedLinear:
         self.in_scale, self.out_scale = in_scale, out_scale
         self.wt: torch.Tensor | None = None
         self.mkl: tuple[int, torch.Tensor] | None = None  # (batch size, MKL-packed W)
-        self.native = ops.native_kernels() if (w is None or w.device.type == "cpu") else None
+        stored = w if w is not None else blocks.data if blocks is not None else None
+        on_cpu = stored is None or stored.device.type == "cpu"  # the C++ kernels read CPU memory only
+        self.native = ops.native_kernels() if on_cpu else None
         self.fallback: torch.Tensor | None = None  # dequantized fp32 W when the kernels are missing
         self.a8: object | None = None  # the kernels' Linear holding the repacked A8 blocks (made on first use)
         if quant == "int8":

@@ -38,7 +38,7 @@ from tests.tokenizer import hf_styles  # noqa: E402
 
 from scratchlm.tokenizer import Tokenizer, train_bpe  # noqa: E402
 from scratchlm.tokenizer.patterns import GPT2_PATTERN  # noqa: E402
-from scratchlm.tokenizer.pretrained import load_gpt2_files  # noqa: E402
+from scratchlm.tokenizer.hf_files import load_gpt2_files  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 SPECIALS = ["<|endoftext|>"]

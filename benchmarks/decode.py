@@ -29,7 +29,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from scratchlm.config import get_preset
 from scratchlm.generate import generate
-from scratchlm.interop.hf_config import config_to_hf
+from scratchlm.interop.hf.config_json import config_to_hf
 from scratchlm.model import TransformerLM
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

@@ -45,7 +45,7 @@ def batch_ids(tokenizer, vocab: int, b: int, t: int) -> torch.Tensor:
 
 def scratchlm_step_fn(args):
     from scratchlm.align.trainer_common import OptimConfig, Stepper
-    from scratchlm.loading import load_pretrained
+    from scratchlm.load import load_pretrained
     from scratchlm.nn.lora import apply_lora
     from scratchlm.train.losses import cross_entropy
 
@@ -71,8 +71,8 @@ def scratchlm_step_fn(args):
 def hf_step_fn(args):
     from transformers import AutoModelForCausalLM
 
-    from scratchlm.interop.pretrained import save_pretrained
-    from scratchlm.loading import load_pretrained
+    from scratchlm.interop.hf.model_dir import save_pretrained
+    from scratchlm.load import load_pretrained
 
     sys.path.insert(0, str(HERE))
     from smollm2_fixture import fixture_path

@@ -50,8 +50,8 @@ from real_decode_llamacpp import LlamaCppEngine, write_gguf  # noqa: E402
 
 from scratchlm.generate.engine import iter_decode, sampling_params  # noqa: E402
 from scratchlm.generate.prefill import prefill  # noqa: E402
-from scratchlm.interop.gguf_load import load_gguf  # noqa: E402
-from scratchlm.interop.pretrained import save_pretrained  # noqa: E402
+from scratchlm.interop.gguf.model_load import load_gguf  # noqa: E402
+from scratchlm.interop.hf.model_dir import save_pretrained  # noqa: E402
 
 CHAT_PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712,
                8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198]

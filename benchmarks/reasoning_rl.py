@@ -36,7 +36,7 @@ from scratchlm.align.word_problems import plain_solution, reasoning_solution, sa
 from scratchlm.cli.main import main as cli
 from scratchlm.data.token_file import write_token_file
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-from scratchlm.train.config import TrainConfig
+from scratchlm.train.train_config import TrainConfig
 from scratchlm.train.loop import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -35,10 +35,11 @@ from typing import Any
 
 import httpx
 
-from scratchlm.serve.loadgen import run_load, stream_one
 from scratchlm.serve.scheduler import SERVE_DECODE_MODES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "serve"))  # the test suite's load generator
+from loadgen import run_load, stream_one  # noqa: E402
 from quiet import wait_quiet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,11 +23,11 @@ import torch
 
 from scratchlm.data.batches import iter_epoch
 from scratchlm.data.token_file import write_token_file
-from scratchlm.checkpoint import load_model
-from scratchlm.train.config import TrainConfig
+from scratchlm.model_files import load_model
+from scratchlm.train.train_config import TrainConfig
 from scratchlm.train.losses import cross_entropy
 from scratchlm.train.loop import train
-from scratchlm.train.metrics import MetricsLog
+from scratchlm.train.run_metrics import MetricsLog
 from scratchlm.train.presets import get_train_preset
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tinyshakespeare.txt"

@@ -23,12 +23,12 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from scratchlm.config import get_preset
-from scratchlm.interop.hf_config import config_to_hf
-from scratchlm.interop.hf_weights import state_to_hf
+from scratchlm.interop.hf.config_json import config_to_hf
+from scratchlm.interop.hf.state_dict import state_to_hf
 from scratchlm.model import TransformerLM
 from scratchlm.model_stats import model_stats
 from scratchlm.train.losses import cross_entropy
-from scratchlm.train.metrics import measure_matmul_peak_gflops
+from scratchlm.train.run_metrics import measure_matmul_peak_gflops
 from scratchlm.train.optim import build_optimizer
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

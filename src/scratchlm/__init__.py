@@ -5,8 +5,8 @@ tokenizer -> data -> model -> train -> generate -> align -> serve. See README.md
 
 __version__ = "0.1.0"
 
-_LAZY = {"from_pretrained": "scratchlm.interop", "save_pretrained": "scratchlm.interop",
-         "load_pretrained": "scratchlm.loading"}
+_LAZY = {"from_pretrained": "scratchlm.load", "save_pretrained": "scratchlm.interop.hf.model_dir",
+         "load_pretrained": "scratchlm.load"}
 
 
 def __getattr__(name: str):

@@ -37,7 +37,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 OUTPUT_KINDS = ("dir", "file")
 
@@ -84,6 +84,16 @@ def read_json_object(path: str | Path, missing: str) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
     return data
+
+
+def read_safetensors(path: str | Path, device: str = "cpu") -> dict[str, Any]:
+    """All tensors of a safetensors file {name: tensor}; ValueError naming a truncated or foreign file."""
+    from safetensors.torch import load_file  # torch is imported only by the code that reads weights
+
+    try:
+        return load_file(str(path), device=device)
+    except Exception as exc:  # safetensors raises its own error types on truncated files
+        raise ValueError(f"cannot read {path}: {exc} (truncated or not a safetensors file?)") from None
 
 
 def _describe(path: Path) -> str:

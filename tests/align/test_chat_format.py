@@ -9,10 +9,10 @@ import jinja2
 import torch
 
 from scratchlm.align.toy_task import byte_tokenizer, toy_model_config
-from scratchlm.checkpoint import save_model
+from scratchlm.model_files import save_model
 from scratchlm.data.align_data import encode_chat, encode_completion, encode_prompt
 from scratchlm.data.chat_format import ChatFormat, chat_format_of
-from scratchlm.loading import load_pretrained
+from scratchlm.load import load_pretrained
 from scratchlm.model import TransformerLM
 
 TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}{{ eos_token }}\n{% endfor %}"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from scratchlm.align.toy_task import byte_tokenizer, toy_model_config
-from scratchlm.checkpoint import load_model, save_model
+from scratchlm.model_files import load_model, save_model
 from scratchlm.cli.main import main
 from scratchlm.model import TransformerLM
 from scratchlm.tokenizer import Tokenizer

@@ -18,9 +18,9 @@ from safetensors.torch import load_file
 
 from scratchlm.align import trainer_common
 from scratchlm.align.toy_task import byte_tokenizer, toy_model_config
-from scratchlm.checkpoint import load_model, save_model
+from scratchlm.model_files import load_model, save_model
 from scratchlm.cli.main import main
-from scratchlm.interop.peft_adapter import load_adapter
+from scratchlm.interop.hf.peft_adapter import load_adapter
 from scratchlm.model import TransformerLM
 
 REPO = Path(__file__).resolve().parents[2]

@@ -61,7 +61,7 @@ def test_response_log_probs_of_a_transformers_model_and_ours():
     """The same helper scores an HF LlamaForCausalLM (output.logits) and our TransformerLM (a tensor)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from scratchlm.interop.hf_config import config_to_hf
+    from scratchlm.interop.hf.config_json import config_to_hf
 
     ours = TransformerLM(get_preset("llama-tiny", vocab_size=50, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2,
                                     rope_style="half", tie_embeddings=False)).eval()

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from scratchlm.config import get_preset
-from scratchlm.interop.peft_adapter import load_adapter, save_adapter
-from scratchlm.interop.pretrained import save_pretrained
+from scratchlm.interop.hf.peft_adapter import load_adapter, save_adapter
+from scratchlm.interop.hf.model_dir import save_pretrained
 from scratchlm.model import TransformerLM
 from scratchlm.nn.linear import Linear
 from scratchlm.nn.lora import LoRALinear, adapters_disabled, apply_lora, lora_state_dict, merge_lora

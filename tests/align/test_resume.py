@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from scratchlm.align.checkpoint import AlignCheckpointer, CheckpointOptions
+from scratchlm.align.run_state import AlignCheckpointer, CheckpointOptions
 from scratchlm.align.dpo_trainer import DPOTrainConfig, train_dpo
 from scratchlm.align.grpo import preset
 from scratchlm.align.grpo_trainer import GRPOTrainConfig, train_grpo
@@ -17,7 +17,7 @@ from scratchlm.align.ppo_trainer import PPOTrainConfig, train_ppo
 from scratchlm.align.sft_trainer import SFTTrainConfig, train_sft
 from scratchlm.align.toy_task import addition_prompts, byte_tokenizer, supervised_warmup, toy_model_config
 from scratchlm.align.trainer_common import OptimConfig
-from scratchlm.checkpoint import load_model
+from scratchlm.model_files import load_model
 from scratchlm.data.align_data import encode_completion, encode_prompt
 from scratchlm.model import TransformerLM
 from scratchlm.nn.lora import apply_lora

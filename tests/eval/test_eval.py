@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from scratchlm.align.rewards import get_reward
 from scratchlm.align.toy_task import byte_tokenizer
-from scratchlm.checkpoint import save_model
+from scratchlm.model_files import save_model
 from scratchlm.cli.main import main
 from scratchlm.config import get_preset
 from scratchlm.data.align_data import RLPrompt, encode_prompt
@@ -22,7 +22,7 @@ from scratchlm.eval.accuracy import evaluate_accuracy, grade_samples
 from scratchlm.eval.choice import ChoiceItem, encode_pair, evaluate_choices
 from scratchlm.eval.perplexity import perplexity
 from scratchlm.eval.stats import mean_interval, pass_at_k, wilson_interval
-from scratchlm.interop.hf_config import config_to_hf
+from scratchlm.interop.hf.config_json import config_to_hf
 from scratchlm.model import TransformerLM
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from gen_helpers import build
-from scratchlm.checkpoint import save_model
+from scratchlm.model_files import save_model
 from scratchlm.cli.main import main
 from scratchlm.config import get_preset
 from scratchlm.generate import generate
-from scratchlm.generate.streaming import default_stop_ids
+from scratchlm.tokenizer.chat.render import default_stop_ids
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, render_chat, train_bpe
 
 

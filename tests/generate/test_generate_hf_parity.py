@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from gen_helpers import build, small_config
 from scratchlm.generate import generate
-from scratchlm.interop.hf_config import config_to_hf
+from scratchlm.interop.hf.config_json import config_to_hf
 from scratchlm.model import TransformerLM
 
 PROMPTS = [[5, 9, 2, 77, 31, 8, 60], [40, 2], [3, 3, 100, 7]]

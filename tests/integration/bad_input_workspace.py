@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from scratchlm.checkpoint import save_model
+from scratchlm.model_files import save_model
 from scratchlm.config import get_preset
 from scratchlm.data.token_file import write_token_file
 from scratchlm.model import TransformerLM
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-from scratchlm.train.config import TrainConfig
+from scratchlm.train.train_config import TrainConfig
 from scratchlm.train.loop import train
 
 TEXT = "The quick brown fox jumps over the lazy dog. " * 40 + "def main():\n    return 0\n" * 20

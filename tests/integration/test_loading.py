@@ -11,8 +11,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from scratchlm.cli.main import main
-from scratchlm.interop.tokenizer_files import save_hf_tokenizer
-from scratchlm.loading import load_pretrained, model_kind
+from scratchlm.interop.hf.tokenizer_copy import save_hf_tokenizer
+from scratchlm.load import load_pretrained, model_kind
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
 
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -14,7 +14,7 @@ from scratchlm.field_types import parse_bool
 from scratchlm.io_utils import (
     atomic_output_dir, atomic_output_file, check_output_path, claim_run_dir, release_replaced,
 )
-from scratchlm.train.config import TrainConfig, parse_cli_overrides
+from scratchlm.train.train_config import TrainConfig, parse_cli_overrides
 
 
 def test_check_output_path_refuses_what_it_did_not_create(tmp_path):

@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM
 
 import scratchlm
 from scratchlm.generate.engine import generate
-from scratchlm.interop.hf_weights import IGNORED_SUFFIXES
+from scratchlm.interop.hf.state_dict import IGNORED_SUFFIXES
 
 LOGIT_TOL = 1e-4
 FAST = {"attn_impl": "sdpa", "ops_impl": "fused"}

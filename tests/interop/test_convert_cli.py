@@ -10,10 +10,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 import scratchlm
 
-from scratchlm.checkpoint import load_model, save_model
+from scratchlm.model_files import load_model, save_model
 from scratchlm.cli.main import main
 from scratchlm.config import get_preset
-from scratchlm.interop import load_hf_tokenizer
+from scratchlm.interop.hf.tokenizer_copy import load_hf_tokenizer
 from scratchlm.model import TransformerLM
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, train_bpe
 from scratchlm.tokenizer import Tokenizer as ScratchTokenizer

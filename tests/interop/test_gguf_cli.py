@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 from gguf_helpers import tokenizer_metadata, write_gguf
 from interop_helpers import randomize_
 from scratchlm.cli.main import main
-from scratchlm.loading import load_pretrained, model_kind
+from scratchlm.load import load_pretrained, model_kind
 
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from scratchlm.interop.gguf_write import save_gguf
-from scratchlm.interop.pretrained import from_pretrained
+from scratchlm.interop.gguf.writer import save_gguf
+from scratchlm.load import from_pretrained
 from scratchlm.tokenizer.pipeline import Tokenizer as OurTokenizer
 from gguf_helpers import TEXTS, tiny_hf_model
 

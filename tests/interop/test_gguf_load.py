@@ -8,8 +8,8 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from gguf_helpers import write_gguf
 from interop_helpers import build_hf, hf_logits, random_ids, randomize_
-from scratchlm.interop.gguf_load import load_gguf
-from scratchlm.quant.ggml_dequant import dequantize
+from scratchlm.interop.gguf.model_load import load_gguf
+from scratchlm.quant.dequantize import dequantize
 
 TOL = 1e-4
 
@@ -123,7 +123,7 @@ def test_unsupported_files_are_refused_by_name(tmp_path):
 def test_unknown_architecture_and_tensor_are_refused(tmp_path):
     import gguf
 
-    from scratchlm.interop.gguf_names import hf_name
+    from scratchlm.interop.gguf.tensor_names import hf_name
 
     w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "mamba")
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()

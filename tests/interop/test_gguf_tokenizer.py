@@ -8,8 +8,8 @@ import pytest
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from gguf_helpers import tokenizer_metadata, write_metadata_only
-from scratchlm.interop.gguf_file import read_gguf
-from scratchlm.interop.gguf_tokenizer import (stop_token_ids_from_gguf, tokenizer_config_from_gguf,
+from scratchlm.interop.gguf.reader import read_gguf
+from scratchlm.interop.gguf.tokenizer_metadata import (stop_token_ids_from_gguf, tokenizer_config_from_gguf,
                                              tokenizer_json_from_gguf)
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

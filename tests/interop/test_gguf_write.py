@@ -9,9 +9,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gguf_helpers import TEXTS, tiny_hf_model
-from scratchlm.interop.gguf_load import load_gguf
-from scratchlm.interop.gguf_write import save_gguf
-from scratchlm.interop.pretrained import from_pretrained
+from scratchlm.interop.gguf.model_load import load_gguf
+from scratchlm.interop.gguf.writer import save_gguf
+from scratchlm.load import from_pretrained
 from scratchlm.tokenizer.pipeline import Tokenizer as OurTokenizer
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])

@@ -126,7 +126,7 @@ def test_export_refuses_gpt2_incompatible(tmp_path):
 
 
 def test_scratchlm_dir_loads_through_from_pretrained(tmp_path):
-    from scratchlm.checkpoint import save_model
+    from scratchlm.model_files import save_model
 
     model = TransformerLM(ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, max_seq_len=16))
     loaded = scratchlm.from_pretrained(save_model(model, tmp_path))

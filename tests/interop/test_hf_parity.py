@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 
 import scratchlm
 from scratchlm.generate.engine import generate
-from scratchlm.interop.hf_config import config_from_hf
+from scratchlm.interop.hf.config_json import config_from_hf
 from scratchlm.model import TransformerLM
 
 LOGIT_TOL = 1e-4  # fp32, max |diff|

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 
 import scratchlm
 from scratchlm.config import get_preset
-from scratchlm.interop.hf_config import HINT_KEY
+from scratchlm.interop.hf.config_json import HINT_KEY
 from scratchlm.model import TransformerLM
 
 

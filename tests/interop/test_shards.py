@@ -10,7 +10,7 @@ from interop_helpers import build_hf, hf_logits, random_ids, safetensors_state
 from transformers import AutoModelForCausalLM
 
 import scratchlm
-from scratchlm.interop.shards import INDEX_NAME, SINGLE_NAME, load_sharded, parse_size, save_sharded
+from scratchlm.interop.hf.safetensors_shards import INDEX_NAME, SINGLE_NAME, load_sharded, parse_size, save_sharded
 
 
 def test_load_hf_sharded_checkpoint(tmp_path):

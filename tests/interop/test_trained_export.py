@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from scratchlm.checkpoint import load_model
+from scratchlm.model_files import load_model
 from scratchlm.cli.main import main
 from scratchlm.data.token_file import write_token_file
 

@@ -19,10 +19,11 @@ from scratchlm.generate.engine import iter_decode
 from scratchlm.generate.fast_decode import FastDecoder
 from scratchlm.generate.sampling import SamplingParams
 from scratchlm.model import TransformerLM
-from scratchlm.quant.ggml_quant import dequantize_blocks, quantize_q4_1, quantize_q8_0
+from scratchlm.quant.dequantize import dequantize_blocks
+from scratchlm.quant.quantize import quantize_blocks
 
 PROMPTS = [[5, 9, 2, 77, 31, 8, 60], [40, 3], [3, 3, 100, 7]]
-ROUND = {"q8_0": lambda w: dequantize_blocks(quantize_q8_0(w)), "q4_1": lambda w: dequantize_blocks(quantize_q4_1(w)),
+ROUND = {"q8_0": lambda w: dequantize_blocks(quantize_blocks(w, "Q8_0")), "q4_1": lambda w: dequantize_blocks(quantize_blocks(w, "Q4_1")),
          "bf16": lambda w: w.bfloat16().float()}
 
 
@@ -56,7 +57,7 @@ def gguf_like(fmt: str = "q4_1") -> TransformerLM:
     with torch.no_grad():
         for name, p in m.named_parameters():
             if p.dim() == 2:
-                b = (quantize_q8_0 if "embed" in name or fmt == "q8_0" else quantize_q4_1)(p)
+                b = quantize_blocks(p, "Q8_0" if "embed" in name or fmt == "q8_0" else "Q4_1")
                 p.copy_(dequantize_blocks(b))
                 blocks[name] = b
     m.quantized_weights = blocks

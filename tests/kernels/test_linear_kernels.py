@@ -17,9 +17,9 @@ from scratchlm.generate import packed_linear
 from scratchlm.generate.packed_linear import PackedLinear
 from scratchlm.kernels import ops
 from scratchlm.kernels.build import native
-from scratchlm.quant.ggml_quant import quantize_q4_1, quantize_q8_0
+from scratchlm.quant.quantize import quantize_blocks
 
-QUANTIZERS = {"Q8_0": quantize_q8_0, "Q4_1": quantize_q4_1}
+
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +39,12 @@ def tol(x: torch.Tensor, w: torch.Tensor) -> float:
     return 1e-6 * float((x.abs().double() @ w.abs().double().T).max()) + 1e-7
 
 
-@pytest.mark.parametrize("ggml_type", sorted(QUANTIZERS))
+@pytest.mark.parametrize("ggml_type", ["Q4_1", "Q8_0"])
 @pytest.mark.parametrize("b", [1, 3, 8])
 def test_block_kernels_equal_linear_on_dequantized(kernels, ggml_type: str, b: int) -> None:
     g = torch.Generator().manual_seed(b)
     w = torch.randn(37, 96, generator=g) * 0.1
-    blocks = QUANTIZERS[ggml_type](w)
+    blocks = quantize_blocks(w, ggml_type)
     wd = torch.from_numpy(dequantize(blocks.data.numpy(), GGMLQuantizationType[ggml_type]))
     x = torch.randn(b, 96, generator=g)
     got = ops.linear_blocks(kernels, x, blocks)
@@ -66,7 +66,7 @@ def test_dense_kernels_equal_linear(kernels, dtype: torch.dtype, b: int) -> None
 def test_kernels_split_rows_over_threads(kernels) -> None:
     """A matrix big enough to be split between threads gives the same rows as one thread."""
     w = torch.randn(3000, 256) * 0.05
-    blocks = quantize_q4_1(w)
+    blocks = quantize_blocks(w, "Q4_1")
     x = torch.randn(2, 256)
     before = torch.get_num_threads()
     try:
@@ -80,7 +80,7 @@ def test_kernels_split_rows_over_threads(kernels) -> None:
 
 
 def test_kernels_reject_bad_arguments(kernels) -> None:
-    blocks = quantize_q8_0(torch.randn(4, 64))
+    blocks = quantize_blocks(torch.randn(4, 64), "Q8_0")
     with pytest.raises(RuntimeError, match="columns"):
         ops.linear_blocks(kernels, torch.randn(1, 32), blocks)
     with pytest.raises(RuntimeError, match="fp32"):
@@ -106,7 +106,7 @@ def test_packed_linear_formats_compute_their_dequantized_matrix(monkeypatch, qua
         lin = PackedLinear(w, bias, torch.float32, "bf16")
         assert torch.equal(lin.dequantized(), w.bfloat16().float())
     else:
-        blocks = (quantize_q8_0 if quant == "q8_0" else quantize_q4_1)(w)
+        blocks = quantize_blocks(w, quant.upper())
         lin = PackedLinear(None, bias, torch.float32, quant, blocks, in_scale, out_scale)
     assert (lin.native is not None) == native_on
     x = torch.randn(3, 64, generator=g)

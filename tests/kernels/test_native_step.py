@@ -14,7 +14,8 @@ from scratchlm.config import get_preset
 from scratchlm.generate.fast_decode import FastDecoder
 from scratchlm.kernels.build import native
 from scratchlm.model import TransformerLM
-from scratchlm.quant.ggml_quant import dequantize_blocks, quantize_q4_1, quantize_q8_0
+from scratchlm.quant.dequantize import dequantize_blocks
+from scratchlm.quant.quantize import quantize_blocks
 
 pytestmark = pytest.mark.skipif(native() is None, reason="no C++ compiler: the torch step is the only path")
 
@@ -82,7 +83,7 @@ def test_native_step_on_gguf_blocks(b: int) -> None:
     with torch.no_grad():
         for name, p in m.named_parameters():
             if p.dim() == 2:
-                blocks[name] = (quantize_q8_0 if "embed" in name else quantize_q4_1)(p)
+                blocks[name] = quantize_blocks(p, "Q8_0" if "embed" in name else "Q4_1")
                 p.copy_(dequantize_blocks(blocks[name]))
     m.quantized_weights = blocks
     compare(m, "gguf", b=b, padded=b > 1)

@@ -11,7 +11,7 @@ import torch
 @pytest.fixture(scope="session")
 def smollm2(smollm2_gguf):
     """scratchlm's LoadedModel of the fixture (fp32 dequantized weights + the file's ggml blocks)."""
-    from scratchlm.loading import load_pretrained
+    from scratchlm.load import load_pretrained
 
     return load_pretrained(smollm2_gguf)
 
@@ -19,7 +19,7 @@ def smollm2(smollm2_gguf):
 @pytest.fixture(scope="session")
 def smollm2_model(smollm2_gguf):
     """The fixture's TransformerLM alone (no tokenizer): fp32 dequantized weights + model.quantized_weights."""
-    from scratchlm.interop.gguf_load import load_gguf
+    from scratchlm.interop.gguf.model_load import load_gguf
 
     return load_gguf(smollm2_gguf)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from scratchlm.generate import generate
-from scratchlm.quant.ggml_dequant import dequantize
+from scratchlm.quant.dequantize import dequantize
 
 pytestmark = pytest.mark.slow
 N_NEW = 128

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from scratchlm.cli.main import main
-from scratchlm.interop.pretrained import from_pretrained
+from scratchlm.load import from_pretrained
 
 pytestmark = pytest.mark.slow
 COMMON = ["--threads", "1", "--checkpoint-every", "0", "--lora-r", "4", "--merge", "--seed", "0"]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from scratchlm.cli.main import main
-from scratchlm.interop.peft_adapter import load_model_or_adapter
+from scratchlm.load import load_pretrained
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def test_lora_sft_adapter_loads_in_peft_with_our_logits(smollm2_gguf, hf_smollm2
     assert rc == 0, capsys.readouterr().err
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["assistant_loss_end"] < summary["assistant_loss_start"]
-    ours = load_model_or_adapter(out).model.eval()  # base from the GGUF path in adapter_config + merged adapter
+    ours = load_pretrained(out).model.eval()  # base from the GGUF path in adapter_config + merged adapter
     hf, tok = hf_smollm2
     ids = torch.tensor([tok.apply_chat_template(chats[0]["messages"], tokenize=True, return_dict=False)])
     with torch.no_grad():

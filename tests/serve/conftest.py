@@ -101,7 +101,7 @@ def server(tiny_checkpoint: Path) -> LiveServer:
 @pytest.fixture(scope="session")
 def reference(tiny_checkpoint: Path):
     """The same model and tokenizer loaded in-process, for reference outputs from the generation engine."""
-    from scratchlm.checkpoint import load_model
+    from scratchlm.model_files import load_model
     from scratchlm.tokenizer import Tokenizer
 
     return load_model(tiny_checkpoint).eval(), Tokenizer.load(tiny_checkpoint)

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from scratchlm.serve.loadgen import percentile, run_load
-
+from loadgen import percentile, run_load
 from tiny_checkpoint import API_KEY, MODEL
 from serve_helpers import ref_completion
 

@@ -11,7 +11,7 @@ from scratchlm.config import get_preset
 from scratchlm.generate import generate
 from scratchlm.generate.sampling import SamplingParams
 from scratchlm.model import TransformerLM
-from scratchlm.serve.prefill import prefill_prompts
+from scratchlm.serve.joining import prefill_prompts
 from scratchlm.serve.prefix_cache import PrefixCache
 from scratchlm.serve.scheduler import Scheduler
 from scratchlm.serve.sequence import Sequence

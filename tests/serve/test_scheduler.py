@@ -20,12 +20,12 @@ from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer
 CONTEXT = 40
 
 
-def setup(max_batch: int = 4, decode: str = "model"):
+def setup(max_batch: int = 4, decode: str = "model", prefill: str = "model"):
     torch.manual_seed(0)
     model = TransformerLM(get_preset("llama-tiny", vocab_size=259, d_model=64, n_layers=2, max_seq_len=CONTEXT,
                                      init_std=0.5)).eval()
     tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], DEFAULT_SPECIAL_TOKENS)
-    return model, tok, Scheduler(model, max_batch=max_batch, decode=decode)
+    return model, tok, Scheduler(model, max_batch=max_batch, decode=decode, prefill=prefill)
 
 
 def random_jobs(n: int, seed: int) -> list[tuple[list[int], int]]:
@@ -63,6 +63,19 @@ def test_greedy_join_and_leave_equals_engine_alone(decode):
     assert sched.stats.max_active == 4 and sched.stats.completed == 14
     assert sched.slots.shifts["left"] > 0 and sched.slots.shifts["right"] > 0  # both room paths ran
     assert sched.slots.rows == 0 and sched.slots.cursor == 0
+
+
+def test_bf16_prefill_is_generates_bf16_prefill(one_torch_thread):
+    """The server prefills through generate's prefill: with prefill="bf16" every request's greedy tokens
+    equal the engine's with the same prefill mode (and the bf16 K/V really differ from fp32's)."""
+    model, tok, sched = setup(decode="fast", prefill="bf16")
+    jobs = random_jobs(8, seed=3)
+    seqs = [make_seq(tok, p, m) for p, m in jobs]
+    run_staggered(sched, seqs, join_every=3)
+    for (prompt, max_tokens), s in zip(jobs, seqs):
+        assert s.tokens == generate(model, [prompt], max_tokens, prefill="bf16")[0]
+    with pytest.raises(ValueError, match="unknown prefill mode 'fp8'"):
+        Scheduler(model, prefill="fp8")
 
 
 def test_sampled_rows_with_seeds_equal_engine_alone():

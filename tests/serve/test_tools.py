@@ -27,7 +27,7 @@ from scratchlm.config import get_preset
 from scratchlm.model import TransformerLM
 from scratchlm.serve.server import create_app
 from scratchlm.serve.tools import HERMES, LLAMA3, ToolStream, ToolPlan, parse_tool_calls
-from scratchlm.tokenizer.jinja_template import ChatTemplate
+from scratchlm.tokenizer.chat.template import ChatTemplate
 
 from inprocess import serve_in_thread
 import tool_templates

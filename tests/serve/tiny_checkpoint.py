@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from scratchlm.checkpoint import save_model
+from scratchlm.model_files import save_model
 from scratchlm.config import get_preset
 from scratchlm.model import TransformerLM
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-from scratchlm.tokenizer.pretrained import load_gpt2_files
+from scratchlm.tokenizer.hf_files import load_gpt2_files
 
 # tiktoken's own GPT-2 split pattern (from tiktoken_ext/openai_public.py), typed independently of ours.
 TIKTOKEN_GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import scratchlm.tokenizer.streaming as streaming
+import scratchlm.tokenizer.stream_encode as streaming
 from scratchlm.tokenizer import Tokenizer
 
 from .conftest import MULTILINGUAL

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scratchlm.tokenizer import Tokenizer
-from scratchlm.tokenizer.formats import MERGES_FILE, META_FILE, VOCAB_FILE, escape_token, unescape_token
+from scratchlm.tokenizer.vocab_files import MERGES_FILE, META_FILE, VOCAB_FILE, escape_token, unescape_token
 
 
 @settings(max_examples=300, deadline=None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer
-from scratchlm.tokenizer.pretrained import load_hf_tokenizer_json, save_hf_tokenizer_json
+from scratchlm.tokenizer.hf_files import load_hf_tokenizer_json, save_hf_tokenizer_json
 
 from .conftest import MULTILINGUAL
 
@@ -102,7 +102,7 @@ def test_import_hf_trained_tokenizer(tmp_path, shared_data, texts):
 def test_export_loads_in_transformers_with_chat_template(shakespeare_tok, tmp_path):
     from transformers import PreTrainedTokenizerFast
 
-    from scratchlm.tokenizer.chat_template import render_chat
+    from scratchlm.tokenizer.chat.render import render_chat
 
     save_hf_tokenizer_json(shakespeare_tok, tmp_path / "tokenizer.json")
     chatml = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

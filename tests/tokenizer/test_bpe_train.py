@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scratchlm.tokenizer import train_bpe
-from scratchlm.tokenizer.corpus_chunks import chunk_bounds, count_pretokens
+from scratchlm.tokenizer.training.corpus_chunks import chunk_bounds, count_pretokens
 
 # GPT-2's split pattern as published in openai/gpt-2 encoder.py (independent of our module).
 GPT2_PAT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""

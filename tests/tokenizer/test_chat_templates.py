@@ -13,7 +13,7 @@ import pytest
 from transformers import PreTrainedTokenizerFast
 
 from scratchlm.tokenizer import Tokenizer
-from scratchlm.tokenizer.jinja_template import ChatTemplate
+from scratchlm.tokenizer.chat.template import ChatTemplate
 
 from . import hf_styles
 

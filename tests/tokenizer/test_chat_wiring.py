@@ -13,7 +13,7 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTraine
 
 from scratchlm.cli.main import main
 from scratchlm.data.align_data import encode_chat, encode_preferences, encode_prompt, end_token, PreferencePair
-from scratchlm.loading import load_pretrained
+from scratchlm.load import load_pretrained
 
 from . import hf_styles
 

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-import scratchlm.tokenizer.streaming as streaming
+import scratchlm.tokenizer.stream_encode as streaming
 from scratchlm.tokenizer import Tokenizer
 
 from . import hf_styles

@@ -9,7 +9,7 @@ import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from scratchlm.tokenizer import Tokenizer
-from scratchlm.tokenizer.pretrained import load_pretrained_tokenizer, pretrained_from_json, tokenizer_from_json
+from scratchlm.tokenizer.hf_files import load_pretrained_tokenizer, pretrained_from_json, tokenizer_from_json
 
 from . import hf_styles
 

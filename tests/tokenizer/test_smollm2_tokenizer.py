@@ -13,11 +13,11 @@ import json
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from scratchlm.interop.gguf_file import read_gguf
-from scratchlm.loading import gguf_tokenizer
+from scratchlm.interop.gguf.reader import read_gguf
+from scratchlm.load.tokenizers import gguf_tokenizer
 from scratchlm.tokenizer import Tokenizer
 from scratchlm.tokenizer.byte_level import bytes_to_unicode
-from scratchlm.tokenizer.pretrained import tokenizer_from_json
+from scratchlm.tokenizer.hf_files import tokenizer_from_json
 
 from . import hf_styles
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from scratchlm.data.token_file import write_token_file
-from scratchlm.train.config import TrainConfig
+from scratchlm.train.train_config import TrainConfig
 
 TINY_MODEL = {"d_model": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "max_seq_len": 16}
 

@@ -5,12 +5,12 @@ import math
 
 import pytest
 
-from scratchlm.checkpoint import load_model
+from scratchlm.model_files import load_model
 from scratchlm.cli.main import main
 from scratchlm.data.corpus import default_corpus, load_corpus
 from scratchlm.data.token_file import open_token_file
 from scratchlm.tokenizer import Tokenizer
-from scratchlm.train.config import TrainConfig, parse_cli_overrides
+from scratchlm.train.train_config import TrainConfig, parse_cli_overrides
 from scratchlm.train.presets import TRAIN_PRESETS, get_train_preset
 from scratchlm.train.quickstart import quickstart
 from tests.train.conftest import TINY_MODEL

@@ -10,14 +10,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from scratchlm.checkpoint import save_model
+from scratchlm.model_files import save_model
 from scratchlm.model import TransformerLM
 from scratchlm.nn.embedding import Embedding
-from scratchlm.train import loop, metrics
+from scratchlm.train import loop
+from scratchlm.train import run_metrics as metrics
 from scratchlm.train.checkpoint import load_config
 from scratchlm.train.guard import DivergenceGuard, TrainingDiverged
 from scratchlm.train.loop import train
-from scratchlm.train.metrics import PeakTracker
+from scratchlm.train.run_metrics import PeakTracker
 from scratchlm.train.progress import TrainProgress
 from tests.train.conftest import tiny_config
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from scratchlm.checkpoint import load_model
+from scratchlm.model_files import load_model
 from scratchlm.train import loop
 from scratchlm.train.loop import TrainingDiverged, train
 from tests.train.conftest import make_tokens, tiny_config

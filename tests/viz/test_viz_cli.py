@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from scratchlm.checkpoint import save_model
+from scratchlm.model_files import save_model
 from scratchlm.cli.main import main
 from scratchlm.config import get_preset
 from scratchlm.model import TransformerLM

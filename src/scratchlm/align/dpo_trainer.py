@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from scratchlm.align.checkpoint import AlignCheckpointer, CheckpointOptions
+from scratchlm.align.run_state import AlignCheckpointer, CheckpointOptions
 from scratchlm.align.dpo import DPO_LOSS_TYPES, dpo_loss
 from scratchlm.align.logprobs import sequence_logprobs
 from scratchlm.align.trainer_common import IndexBatches, OptimConfig, Stepper, make_reference, run_loop

@@ -24,7 +24,7 @@ import torch
 
 from scratchlm.align.grpo import (GRPOLossConfig, advantages_for, grpo_loss, informative_groups,
                                   soft_overlong_penalty)
-from scratchlm.align.checkpoint import AlignCheckpointer, CheckpointOptions
+from scratchlm.align.run_state import AlignCheckpointer, CheckpointOptions
 from scratchlm.align.logprobs import completion_logprobs
 from scratchlm.align.rollout import Rollout, sample_rollouts, score_rollout
 from scratchlm.align.trainer_common import IndexBatches, OptimConfig, Stepper, make_reference, run_loop

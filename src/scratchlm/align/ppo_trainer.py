@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from scratchlm.align.checkpoint import AlignCheckpointer, CheckpointOptions
+from scratchlm.align.run_state import AlignCheckpointer, CheckpointOptions
 from scratchlm.align.logprobs import completion_logprobs, model_device, pack_prompt_completion
 from scratchlm.align.ppo import (ValueModel, completion_values, gae, ppo_policy_loss, ppo_rewards, ppo_value_loss,
                                  whiten)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from scratchlm.align.checkpoint import AlignCheckpointer, CheckpointOptions
+from scratchlm.align.run_state import AlignCheckpointer, CheckpointOptions
 from scratchlm.align.logprobs import model_device
 from scratchlm.align.sft import pack_examples, pad_examples, sft_loss
 from scratchlm.align.trainer_common import IndexBatches, OptimConfig, Stepper, run_loop

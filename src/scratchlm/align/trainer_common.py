@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from scratchlm.align.checkpoint import AlignCheckpointer
+from scratchlm.align.run_state import AlignCheckpointer
 from scratchlm.io_utils import atomic_write_text
 from scratchlm.model import TransformerLM
 from scratchlm.nn.lora import adapters_disabled, lora_layers

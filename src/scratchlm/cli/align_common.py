@@ -1,7 +1,7 @@
 """Flags and helpers shared by `scratchlm sft|dpo|ppo|grpo`: load the policy, build OptimConfig, save the run.
 
 Every command reads a model (--checkpoint: a scratchlm checkpoint dir, an HF model dir or a .gguf file,
-through scratchlm.loading), trains a copy in place and publishes OUT in one swap (align.run_dir): a
+through scratchlm.load.model_loader), trains a copy in place and publishes OUT in one swap (align.run_dir): a
 scratchlm checkpoint (loadable by `scratchlm generate --checkpoint OUT`; the model's tokenizer, chat
 template and end-of-reply tokens travel with it) — or, for a LoRA run without --merge, the adapter in
 PEFT's layout (adapter_config.json + adapter_model.safetensors) with the same tokenizer files — plus
@@ -15,17 +15,20 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from scratchlm.align.checkpoint import CheckpointOptions
+from scratchlm.align.run_state import CheckpointOptions
 from scratchlm.align.run_dir import prepare_run_dir, publish_run_dir
 from scratchlm.align.trainer_common import OptimConfig, save_run
-from scratchlm.checkpoint import save_model
+from scratchlm.model_files import save_model
 from scratchlm.cli.outputs import add_overwrite_arg
-from scratchlm.interop.peft_adapter import check_adapter_family, save_adapter
-from scratchlm.loading import load_pretrained, write_model_extras
+from scratchlm.align.rewards import REWARDS
+from scratchlm.data.align_data import encode_rl_prompts, load_rl_prompts_jsonl
+from scratchlm.data.chat_format import chat_format_of
+from scratchlm.interop.hf.peft_adapter import check_adapter_family, save_adapter
+from scratchlm.load import load_pretrained, write_model_extras
 from scratchlm.model import TransformerLM
 from scratchlm.nn.lora import LORA_TARGETS, apply_lora, merge_lora
 from scratchlm.train.distributed import pick_device
@@ -142,3 +145,28 @@ def finish(model: TransformerLM, tok: Any, args: argparse.Namespace, cfg: Any, h
     out = publish_run_dir(args.out, fill, replaced)
     print(json.dumps({"out": str(out), "steps": len(history), **summary}))
     return 0
+
+
+def rl_prompts(args: argparse.Namespace) -> Callable[[Any, Any], list[Any]]:
+    """encode(tok, fmt) of --data as RL prompts, each with a known reward function (--reward by default)."""
+    return lambda tok, fmt: encode_rl_prompts(tok, load_rl_prompts_jsonl(args.data, args.reward, REWARDS), fmt)
+
+
+def run_align(args: argparse.Namespace, encode: Callable[[Any, Any], Any], config: Any,
+              train: Callable[..., list[dict[str, Any]]], measure: tuple[str, Callable] | None = None,
+              extra: dict[str, Any] | None = None) -> int:
+    """The run of every post-training command: claim --out, load the policy, encode --data with the model's
+    chat format (encode(tok, fmt)), train(model, tok, data, checkpoint) -> history, publish OUT.
+
+    measure = (name, fn(model, data) -> float): reported before and after training as NAME_start /
+    NAME_end; without it, the RL reward summary of the history. extra: more summary fields."""
+    replaced = prepare_output(args)
+    model, tok = load_policy(args)
+    data = encode(tok, chat_format_of(args.loaded))
+    before = measure[1](model, data) if measure else None
+    history = train(model, tok, data, checkpoint_options(args))
+    if measure:
+        summary = {f"{measure[0]}_start": before, f"{measure[0]}_end": measure[1](model, data)}
+    else:
+        summary = reward_summary(history)
+    return finish(model, tok, args, config, history, {**(extra or {}), **summary}, replaced)

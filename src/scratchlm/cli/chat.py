@@ -28,7 +28,7 @@ def fit_history(tokenizer: Any, messages: list[dict], room: int) -> tuple[list[i
     """Render messages (+ generation prompt), dropping the oldest non-system turns while over `room`.
 
     Mutates `messages`; returns (prompt ids, number of messages dropped)."""
-    from scratchlm.tokenizer.chat_template import chat_prompt_ids
+    from scratchlm.tokenizer.chat.render import chat_prompt_ids
 
     dropped = 0
     while True:

@@ -3,7 +3,7 @@
     scratchlm convert --from-hf HF_DIR_OR.gguf --out OUT_DIR     # -> scratchlm checkpoint (config.json + model.safetensors)
     scratchlm convert --to-hf CKPT_DIR_OR.gguf --out OUT_DIR     # -> HF config.json + safetensors (+ index)
     scratchlm convert --to-gguf MODEL --out OUT.gguf --type q8_0 # -> GGUF (f32, f16, bf16, q8_0) for llama.cpp
-Tokenizer files travel with the model (see scratchlm.interop.tokenizer_files); a GGUF's tokenizer, chat
+Tokenizer files travel with the model (see scratchlm.interop.hf.tokenizer_copy); a GGUF's tokenizer, chat
 template and end-of-reply tokens become tokenizer.json, tokenizer_config.json and generation_config.json.
 """
 
@@ -14,14 +14,13 @@ from pathlib import Path
 
 import torch
 
-from scratchlm.checkpoint import save_model
+from scratchlm.model_files import save_model
 from scratchlm.cli.outputs import add_output_arg
-from scratchlm.interop.gguf_file import is_gguf_file
-from scratchlm.interop.gguf_write import EXPORT_TYPES, save_gguf
-from scratchlm.interop.pretrained import from_pretrained, save_pretrained
-from scratchlm.interop.tokenizer_files import TOKENIZER_JSON, tokenizer_from_hf, tokenizer_to_hf
+from scratchlm.interop.gguf.writer import EXPORT_TYPES, save_gguf
+from scratchlm.interop.hf.model_dir import save_pretrained
+from scratchlm.interop.hf.tokenizer_copy import TOKENIZER_JSON, tokenizer_from_hf, tokenizer_to_hf
 from scratchlm.io_utils import atomic_output_dir
-from scratchlm.loading import LoadedModel, load_pretrained, model_kind, write_model_extras
+from scratchlm.load import LoadedModel, from_pretrained, load_pretrained, model_kind, write_model_extras
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -42,7 +41,7 @@ def _gguf_tokenizer_files(loaded: LoadedModel, out: Path) -> list[str]:
 
 
 def _from_hf(src: Path, out: Path, overwrite: bool) -> tuple[torch.nn.Module, list[str]]:
-    if is_gguf_file(src):
+    if model_kind(src)[0] == "gguf":
         loaded = load_pretrained(src, keep_quantized=False, progress=True)
         with atomic_output_dir(out, overwrite) as tmp:
             save_model(loaded.model, tmp)
@@ -54,9 +53,9 @@ def _from_hf(src: Path, out: Path, overwrite: bool) -> tuple[torch.nn.Module, li
 
 
 def _to_hf(src: Path, out: Path, args: argparse.Namespace) -> tuple[torch.nn.Module, list[str]]:
-    model_kind(src)  # a clear error for a path that is no model
+    kind, _ = model_kind(src)  # a clear error for a path that is no model
     dtype = getattr(torch, args.dtype) if args.dtype else None
-    loaded = load_pretrained(src, keep_quantized=False, progress=True) if is_gguf_file(src) else None
+    loaded = load_pretrained(src, keep_quantized=False, progress=True) if kind == "gguf" else None
     model = loaded.model if loaded is not None else from_pretrained(src)
     with atomic_output_dir(out, args.overwrite) as tmp:
         save_pretrained(model, tmp, max_shard_size=args.max_shard_size, dtype=dtype, progress=True)

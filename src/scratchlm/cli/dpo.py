@@ -10,23 +10,16 @@ import argparse
 
 from scratchlm.align.dpo import DPO_LOSS_TYPES
 from scratchlm.align.dpo_trainer import DPOTrainConfig, preference_accuracy, train_dpo
-from scratchlm.cli.align_common import (add_common_args, add_lora_args, checkpoint_options, finish, load_policy,
-                                         optim_from_args, prepare_output)
+from scratchlm.cli.align_common import add_common_args, add_lora_args, optim_from_args, run_align
 from scratchlm.data.align_data import encode_preferences, load_preference_jsonl
-from scratchlm.data.chat_format import chat_format_of
 
 
 def run(args: argparse.Namespace) -> int:
-    replaced = prepare_output(args)
-    model, tok = load_policy(args)
-    pairs = encode_preferences(tok, load_preference_jsonl(args.data), chat_format_of(args.loaded))
     cfg = DPOTrainConfig(steps=args.steps, batch_size=args.batch_size, beta=args.beta, loss_type=args.loss_type,
                          label_smoothing=args.label_smoothing, seed=args.seed, optim=optim_from_args(args))
-    start = preference_accuracy(model, pairs)
-    history = train_dpo(model, pairs, cfg, checkpoint=checkpoint_options(args))
-    end = preference_accuracy(model, pairs)
-    return finish(model, tok, args, cfg, history, {"preference_accuracy_start": start,
-                                                   "preference_accuracy_end": end}, replaced)
+    return run_align(args, lambda tok, fmt: encode_preferences(tok, load_preference_jsonl(args.data), fmt), cfg,
+                     lambda model, tok, data, ckpt: train_dpo(model, data, cfg, checkpoint=ckpt),
+                     measure=("preference_accuracy", preference_accuracy))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

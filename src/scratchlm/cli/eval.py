@@ -28,7 +28,7 @@ from scratchlm.eval.choice import evaluate_choices
 from scratchlm.eval.data import load_choice_items, load_problems, load_texts
 from scratchlm.eval.perplexity import text_perplexity
 from scratchlm.eval.report import summary_table
-from scratchlm.interop.peft_adapter import load_model_or_adapter
+from scratchlm.load import load_pretrained
 from scratchlm.io_utils import atomic_output_file
 from scratchlm.train.distributed import pick_device
 
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
-    loaded = load_model_or_adapter(args.checkpoint, keep_quantized=False, dtype=DTYPES[args.dtype])
+    loaded = load_pretrained(args.checkpoint, keep_quantized=False, dtype=DTYPES[args.dtype])
     loaded.model = loaded.model.to(pick_device(args.device)).eval()
     result = run_task(args, loaded)
     header = {"task": args.task, "checkpoint": str(args.checkpoint), "data": str(args.data)}

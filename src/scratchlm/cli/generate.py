@@ -2,7 +2,7 @@
 
     scratchlm generate --checkpoint runs/tiny --prompt "Once upon a time" --max-new-tokens 100 \
         --temperature 0.8 --top-p 0.95 --seed 0
---checkpoint names a scratchlm checkpoint dir, an HF model dir or a .gguf file (scratchlm.loading); the
+--checkpoint names a scratchlm checkpoint dir, an HF model dir or a .gguf file (scratchlm.load.model_loader); the
 model's own tokenizer and end-of-reply tokens are used. Sampling flags map one-to-one onto
 scratchlm.generate.SamplingParams; the shared flag helpers live here (chat uses them).
 """
@@ -19,7 +19,8 @@ from scratchlm.generate.decode_step import DECODE_MODES
 from scratchlm.generate.prefill import PREFILL_MODES
 from scratchlm.generate.sampling import SamplingParams
 from scratchlm.generate.streaming import stream_generate
-from scratchlm.loading import LoadedModel, load_pretrained, load_tokenizer_dir
+from scratchlm.load import LoadedModel, load_pretrained
+from scratchlm.load.tokenizers import load_tokenizer_dir
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -78,7 +79,7 @@ def load_for_generation(args: argparse.Namespace) -> LoadedModel:
 def check_tokenizer_override(loaded: LoadedModel, tokenizer_dir: str) -> None:
     """Refuse a --tokenizer of another size than the tokenizer stored with the model (its ids would decode
     to garbage); without a stored one, a tokenizer smaller than the vocabulary is a note on stderr.
-    (A tokenizer larger than the model's vocabulary is refused by scratchlm.loading.)"""
+    (A tokenizer larger than the model's vocabulary is refused by scratchlm.load.model_loader.)"""
     tok_vocab, model_vocab = loaded.tokenizer.vocab_size, loaded.model.config.vocab_size
     if tok_vocab == model_vocab:
         return

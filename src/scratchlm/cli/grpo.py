@@ -14,10 +14,8 @@ from scratchlm.align.grpo import GRPO_PRESETS, IMPORTANCE_LEVELS, PG_LOSS_TYPES,
 from scratchlm.align.grpo_trainer import GRPOTrainConfig, train_grpo
 from scratchlm.align.kl import KL_ESTIMATORS
 from scratchlm.align.surrogate import LOSS_AGGREGATIONS
-from scratchlm.cli.align_common import (add_common_args, add_lora_args, add_rollout_args, checkpoint_options,
-                                         finish, load_policy, optim_from_args, prepare_output, reward_summary)
-from scratchlm.data.align_data import encode_rl_prompts, load_rl_prompts_jsonl
-from scratchlm.data.chat_format import chat_format_of
+from scratchlm.cli.align_common import (add_common_args, add_lora_args, add_rollout_args, optim_from_args, rl_prompts,
+                                         run_align)
 
 LOSS_FLAGS = {f.name for f in dataclasses.fields(GRPOLossConfig)}
 
@@ -31,17 +29,14 @@ def loss_config(args: argparse.Namespace) -> GRPOLossConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    replaced = prepare_output(args)
-    model, tok = load_policy(args)
-    examples = encode_rl_prompts(tok, load_rl_prompts_jsonl(args.data, args.reward), chat_format_of(args.loaded))
     cfg = GRPOTrainConfig(
         steps=args.steps, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, num_iterations=args.num_iterations,
         micro_batch=args.micro_batch, max_refill_rounds=args.max_refill_rounds, seed=args.seed,
         loss=loss_config(args), optim=optim_from_args(args))
-    history = train_grpo(model, tok, examples, cfg, checkpoint=checkpoint_options(args))
-    summary = {"preset": args.preset, **reward_summary(history)}
-    return finish(model, tok, args, cfg, history, summary, replaced)
+    return run_align(args, rl_prompts(args), cfg,
+                     lambda model, tok, data, ckpt: train_grpo(model, tok, data, cfg, checkpoint=ckpt),
+                     extra={"preset": args.preset})
 
 
 def _bool(text: str) -> bool:

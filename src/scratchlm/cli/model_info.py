@@ -39,7 +39,7 @@ def run_info(args: argparse.Namespace) -> int:
     if args.checkpoint:
         if args.set:
             raise ValueError("--set overrides a preset's fields; with --checkpoint the model's own config is used")
-        from scratchlm.loading import load_pretrained
+        from scratchlm.load import load_pretrained
 
         loaded = load_pretrained(args.checkpoint, keep_quantized=False)
         print(loaded.summary())
@@ -85,7 +85,7 @@ def run_presets(args: argparse.Namespace) -> int:
 
 def run_models(args: argparse.Namespace) -> int:
     """Load each model and print the line that says what it is."""
-    from scratchlm.loading import load_pretrained
+    from scratchlm.load import load_pretrained
 
     for path in args.paths:
         print(load_pretrained(path, keep_quantized=False).summary(), flush=True)

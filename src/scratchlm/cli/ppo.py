@@ -10,16 +10,10 @@ import argparse
 
 from scratchlm.align.kl import KL_ESTIMATORS
 from scratchlm.align.ppo_trainer import PPOTrainConfig, train_ppo
-from scratchlm.cli.align_common import (add_common_args, add_rollout_args, checkpoint_options, finish, load_policy,
-                                         optim_from_args, prepare_output, reward_summary)
-from scratchlm.data.align_data import encode_rl_prompts, load_rl_prompts_jsonl
-from scratchlm.data.chat_format import chat_format_of
+from scratchlm.cli.align_common import add_common_args, add_rollout_args, optim_from_args, rl_prompts, run_align
 
 
 def run(args: argparse.Namespace) -> int:
-    replaced = prepare_output(args)
-    model, tok = load_policy(args)
-    examples = encode_rl_prompts(tok, load_rl_prompts_jsonl(args.data, args.reward), chat_format_of(args.loaded))
     cfg = PPOTrainConfig(
         steps=args.steps, prompts_per_step=args.prompts_per_step, max_new_tokens=args.max_new_tokens,
         temperature=args.temperature, ppo_epochs=args.ppo_epochs, micro_batch=args.micro_batch,
@@ -28,9 +22,8 @@ def run(args: argparse.Namespace) -> int:
         whiten_rewards=args.whiten_rewards, missing_eos_penalty=args.missing_eos_penalty, dual_clip=args.dual_clip,
         entropy_coef=args.entropy_coef, seed=args.seed,
         optim=optim_from_args(args))
-    history, _ = train_ppo(model, tok, examples, cfg, checkpoint=checkpoint_options(args))
-    summary = reward_summary(history)
-    return finish(model, tok, args, cfg, history, summary, replaced)
+    return run_align(args, rl_prompts(args), cfg,
+                     lambda model, tok, data, ckpt: train_ppo(model, tok, data, cfg, checkpoint=ckpt)[0])
 
 
 def register(sub: argparse._SubParsersAction) -> None:

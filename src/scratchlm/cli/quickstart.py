@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from scratchlm.cli.outputs import add_output_arg
-from scratchlm.train.config import parse_cli_overrides
+from scratchlm.train.train_config import parse_cli_overrides
 from scratchlm.train.quickstart import quickstart
 
 

@@ -6,6 +6,7 @@ import argparse
 import os
 
 from scratchlm.cli.generate import DTYPES
+from scratchlm.generate.prefill import PREFILL_MODES
 from scratchlm.serve import API_KEY_ENV
 from scratchlm.serve.scheduler import SERVE_DECODE_MODES  # torch only; fastapi/uvicorn stay lazy
 
@@ -38,6 +39,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-queue {args.max_queue} must be >= 0 (0: refuse with 429 whenever every row is busy)")
     options = ServeOptions(
         api_key=resolve_api_key(args.api_key, dict(os.environ)), max_batch=args.max_batch, decode=args.decode,
+        prefill=args.prefill,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes,
         max_queue=args.max_queue, prefix_cache_mb=args.prefix_cache_mb, allowed_hosts=args.allowed_hosts,
         allowed_origins=args.allowed_origins, max_context=args.max_context)
@@ -87,4 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--decode", choices=SERVE_DECODE_MODES, default="fast",
                    help="decode step: fast = packed weights, same output as the model (default); model = the "
                         "reference forward; fast-int8 = int8 weight-only (approximate)")
+    p.add_argument("--prefill", choices=PREFILL_MODES, default="model",
+                   help="prompt prefill: model = in the model's dtype (default); bf16 = through a bf16 copy "
+                        "(faster on CPUs with bf16 units; bf16 rounding in the prompt's K/V), as `generate --prefill`")
     p.set_defaults(func=run_serve)

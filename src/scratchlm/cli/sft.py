@@ -10,23 +10,16 @@ from __future__ import annotations
 import argparse
 
 from scratchlm.align.sft_trainer import SFTTrainConfig, sft_eval_loss, train_sft
-from scratchlm.cli.align_common import (add_common_args, add_lora_args, checkpoint_options, finish, load_policy,
-                                         optim_from_args, prepare_output)
+from scratchlm.cli.align_common import add_common_args, add_lora_args, optim_from_args, run_align
 from scratchlm.data.align_data import encode_chat, load_chat_jsonl
-from scratchlm.data.chat_format import chat_format_of
 
 
 def run(args: argparse.Namespace) -> int:
-    replaced = prepare_output(args)
-    model, tok = load_policy(args)
-    examples = encode_chat(tok, load_chat_jsonl(args.data), chat_format_of(args.loaded))
     cfg = SFTTrainConfig(steps=args.steps, batch_size=args.batch_size, micro_batch=args.micro_batch, pack=args.pack,
                          seq_len=args.seq_len, seed=args.seed, optim=optim_from_args(args))
-    start = sft_eval_loss(model, examples)
-    history = train_sft(model, examples, cfg, checkpoint=checkpoint_options(args))
-    end = sft_eval_loss(model, examples)
-    return finish(model, tok, args, cfg, history, {"assistant_loss_start": start, "assistant_loss_end": end},
-                  replaced)
+    return run_align(args, lambda tok, fmt: encode_chat(tok, load_chat_jsonl(args.data), fmt), cfg,
+                     lambda model, tok, data, ckpt: train_sft(model, data, cfg, checkpoint=ckpt),
+                     measure=("assistant_loss", sft_eval_loss))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

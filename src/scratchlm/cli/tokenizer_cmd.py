@@ -14,7 +14,7 @@ from scratchlm.cli.outputs import add_output_arg
 from scratchlm.data.token_file import write_token_file
 from scratchlm.io_utils import atomic_output_dir
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-from scratchlm.tokenizer.streaming import encode_stream_chunks
+from scratchlm.tokenizer.stream_encode import encode_stream_chunks
 from scratchlm.tokenizer.text_io import decode_utf8
 
 READ_BYTES = 1 << 16

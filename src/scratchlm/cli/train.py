@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from scratchlm.cli.outputs import add_overwrite_arg
-from scratchlm.train.config import TrainConfig, parse_cli_overrides
+from scratchlm.train.train_config import TrainConfig, parse_cli_overrides
 from scratchlm.train.loop import train
 from scratchlm.train.presets import TRAIN_PRESETS, get_train_preset
 

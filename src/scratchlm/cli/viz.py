@@ -17,7 +17,7 @@ from scratchlm.cli.outputs import add_output_arg
 
 
 def _load(checkpoint: str):
-    from scratchlm.loading import load_pretrained
+    from scratchlm.load import load_pretrained
 
     loaded = load_pretrained(checkpoint, keep_quantized=False)
     return loaded.model, loaded.tokenizer
@@ -58,7 +58,7 @@ def run_attention(args: argparse.Namespace) -> int:
 
 
 def run_loss(args: argparse.Namespace) -> int:
-    from scratchlm.train.metrics import MetricsLog, plot_loss_curve
+    from scratchlm.train.run_metrics import MetricsLog, plot_loss_curve
 
     if not Path(args.metrics).exists():
         raise FileNotFoundError(f"metrics file {args.metrics} does not exist (training writes DIR/metrics.jsonl)")

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
-from scratchlm.align.rewards import REWARDS
 from scratchlm.data.chat_format import EOT, ChatFormat, chat_format_of_tokenizer
 from scratchlm.data.jsonl import check_messages, read_jsonl, require_str
 
@@ -73,13 +72,17 @@ def load_preference_jsonl(path: str | Path) -> list[PreferencePair]:
     return read_jsonl(path, _preference, "preference")
 
 
-def load_rl_prompts_jsonl(path: str | Path, default_reward: str | None = None) -> list[RLPrompt]:
-    """RL prompts; each names its reward function (checked against rewards.REWARDS) or uses default_reward."""
+def load_rl_prompts_jsonl(path: str | Path, default_reward: str | None = None,
+                          known_rewards: Collection[str] | None = None) -> list[RLPrompt]:
+    """RL prompts; each names its reward function or uses default_reward. known_rewards: the valid names
+    (align.rewards.REWARDS, passed in by the caller: data/ sits below align/); None checks only that
+    every prompt has one."""
 
     def parse(record: dict[str, Any]) -> RLPrompt:
         name = record.get("reward", default_reward)
-        if name not in REWARDS:
-            raise ValueError(f"reward {name!r} is not a known reward function; valid: {sorted(REWARDS)} "
+        if name is None or (known_rewards is not None and name not in known_rewards):
+            valid = f"; valid: {sorted(known_rewards)}" if known_rewards is not None else ""
+            raise ValueError(f"reward {name!r} is not a known reward function{valid} "
                              "(set \"reward\" on the line or pass a default)")
         fields = {k: v for k, v in record.items() if k not in ("prompt", "reward")}
         return RLPrompt(_prompt(record), name, fields)

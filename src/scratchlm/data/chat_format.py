@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from scratchlm.tokenizer.chat_template import IM_END, render_chatml
+from scratchlm.tokenizer.chat.render import IM_END, render_chatml
 
 EOT = "<|endoftext|>"
 
@@ -65,9 +65,9 @@ class ChatFormat:
 
 
 def chat_format_of(loaded: Any) -> ChatFormat:
-    """The ChatFormat of a scratchlm.loading.LoadedModel: its own template (with its named special tokens)
+    """The ChatFormat of a scratchlm.load.model_loader.LoadedModel: its own template (with its named special tokens)
     when it ships one, else ChatML; raw completions end with <|endoftext|> or the model's first stop token."""
-    from scratchlm.tokenizer.jinja_template import ChatTemplate
+    from scratchlm.tokenizer.chat.template import ChatTemplate
 
     stops = list(loaded.stop_token_ids or [])
     text_end = stops[0] if stops else None

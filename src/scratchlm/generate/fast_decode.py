@@ -26,20 +26,18 @@ Test: tests/generate/test_fast_decode.py (logits == the model's cached forward, 
 
 from __future__ import annotations
 
-import functools
-import math
 
 import torch
 import torch.nn.functional as F
 
 from scratchlm.config import ModelConfig
 from scratchlm.generate.packed_linear import (  # PackedLinear, mkl_packing_available, quantize_int8: re-exported
-    WEIGHT_FORMATS, BlockSource, PackedLinear, mkl_packing_available, norm_gain, packed, quantize_int8)
+    BlockSource, PackedLinear, mkl_packing_available, packed, quantize_int8)
+from scratchlm.generate.decode_formats import QUANT_MODES, check_format_dims
 from scratchlm.generate.native_step import native_step
+from scratchlm.generate.packed_layer import PackedLayer, PackedNorm
 from scratchlm.model import TransformerLM, layer_rope_kind
-from scratchlm.nn.activations import TORCH_ACTIVATIONS
 from scratchlm.nn.kv_cache import KVCache
-from scratchlm.nn.moe import MoE
 from scratchlm.nn.rope import RotaryEmbedding, rope_rotation
 from scratchlm.nn.softcap import softcap
 
@@ -47,142 +45,6 @@ from scratchlm.nn.softcap import softcap
 def supports(config: ModelConfig) -> bool:
     """True when FastDecoder can pack this architecture (every placement but post-norm)."""
     return config.norm_placement != "post"
-
-
-class PackedNorm:
-    """RMSNorm/LayerNorm whose gain is folded into the following matrix: returns the un-gained x_hat.
-
-    rms:   x_hat = x * rsqrt(||x||^2 / D + eps)        (= rsqrt(mean(x^2) + eps); fp32 like the model's
-                                                        norms; one vector_norm beats square + mean)
-    layer: x_hat = (x - mean) * rsqrt(var + eps)        the LayerNorm bias b becomes b @ W^T, added to the
-                                                        following matmul's bias
-    """
-
-    def __init__(self, kind: str, eps: float) -> None:
-        self.kind, self.eps = kind, eps
-        self.eps_t = torch.tensor(eps)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        if self.kind == "layernorm":
-            return F.layer_norm(x32, x32.shape[-1:], eps=self.eps)
-        n = torch.linalg.vector_norm(x32, dim=-1, keepdim=True)  # (B, 1)
-        return x32 * torch.rsqrt(torch.addcmul(self.eps_t, n, n, value=1.0 / x32.shape[-1]))
-
-
-class PackedLayer:
-    """One block's weights, packed (see the module docstring). Placements "pre", "sandwich" and "output":
-    the input norms fold into qkv / gate-up; the output norms (sandwich/output) and Granite's residual
-    multiplier m act on the sublayer outputs (m folds into o/down rows when there is no output norm)."""
-
-    def __init__(self, block: torch.nn.Module, config: ModelConfig, dtype: torch.dtype, quant: str | None,
-                 norm: PackedNorm, source: BlockSource | None = None, window: int | None = None,
-                 rope_kind: str | None = "global") -> None:
-        c, attn, mlp = config, block.self_attn, block.mlp
-        self.window = window  # sliding window: attend only the last `window` cache slots
-        self.rope_kind = rope_kind  # "global", "local" (Gemma-3's sliding layers) or None (NoPE layer)
-        self.norm = norm  # stateless (the gains are folded into the matrices): shared by every norm
-        self.pre_norm = block.input_layernorm is not None  # False for norm_placement "output" (OLMo-2)
-        self.softcap = c.attn_softcap
-        # the attention scale (1/sqrt(Hd) unless attn_scale) is folded into the q rows or the q QK-norm gain
-        scale = c.attn_scale if c.attn_scale is not None else 1.0 / math.sqrt(c.head_dim)
-        q_rows, kv_rows = c.n_heads * c.head_dim, 2 * c.n_kv_heads * c.head_dim
-        rows = torch.cat((torch.full((q_rows,), 1.0 if c.qk_norm else scale), torch.ones(kv_rows)))
-        pack = functools.partial(packed, dtype=dtype, quant=quant, source=source)
-        self.qkv = pack([attn.q_proj, attn.k_proj, attn.v_proj], norm=block.input_layernorm, row_scale=rows)
-        m = c.residual_multiplier
-        self.attn_out_gain = _output_gain(block.attn_output_norm, m)
-        self.ffn_out_gain = _output_gain(block.ffn_output_norm, m)
-        fold_m = None if m == 1.0 else torch.full((c.d_model,), m)
-        self.o = pack([attn.o_proj], row_scale=fold_m if self.attn_out_gain is None else None)
-        self.gated = c.ffn in ("swiglu", "glu")
-        self.act = TORCH_ACTIVATIONS["silu" if c.ffn == "swiglu" else c.activation]
-        self.moe = mlp if isinstance(mlp, MoE) else None  # experts run from the model's weights (grouped path)
-        if self.moe is not None:  # router with the pre-FFN norm gain folded in; experts read x_hat * g
-            self.ffn_in = pack([mlp.gate], norm=block.post_attention_layernorm)
-            self.down, self.dtype, self.m = None, dtype, m
-            norm_in = block.post_attention_layernorm
-            self.ffn_gain = None if norm_in is None else norm_gain(norm_in)
-        else:
-            ins = [mlp.gate_proj, mlp.up_proj] if self.gated else [mlp.up_proj]
-            self.ffn_in = pack(ins, norm=block.post_attention_layernorm)
-            self.down = pack([mlp.down_proj], row_scale=fold_m if self.ffn_out_gain is None else None)
-        self.qk_gain = None
-        self.qk_scope = c.qk_norm_scope
-        self.qk_norm = PackedNorm("rmsnorm", c.norm_eps)
-        if c.qk_norm:  # QK-norm gains of q and k, laid out like the (H + KvH, Hd) qk heads
-            q_gain, k_gain = norm_gain(attn.q_norm) * scale, norm_gain(attn.k_norm)
-            if self.qk_scope == "head":
-                gains = [q_gain] * c.n_heads + [k_gain] * c.n_kv_heads
-                self.qk_gain = torch.stack(gains)  # (H + KvH, Hd)
-            else:  # one gain per channel of the whole projection
-                self.qk_gain = torch.cat((q_gain, k_gain)).view(c.n_heads + c.n_kv_heads, c.head_dim)
-
-    def qk_normalize(self, qk: torch.Tensor, h: int) -> torch.Tensor:
-        """QK-norm of qk (B, H + KvH, Hd) fp32: per head, or over q's and k's whole projections."""
-        if self.qk_scope == "head":
-            return self.qk_norm(qk) * self.qk_gain
-        b = qk.shape[0]
-        q, k = self.qk_norm(qk[:, :h].reshape(b, -1)), self.qk_norm(qk[:, h:].reshape(b, -1))
-        return torch.cat((q, k), -1).view(qk.shape) * self.qk_gain
-
-    def attn_residual(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
-        """x + m * out_norm(o_proj(heads)) (B, D), the norm only where the block has one."""
-        if self.attn_out_gain is None:
-            return self.o.residual(x, heads)
-        return x + self.norm(self.o(heads)) * self.attn_out_gain
-
-    def moe_residual(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, D) -> x + m * out_norm(MoE(post_attention_norm(x))): packed router, the model's experts."""
-        x_hat = self.norm(x) if self.pre_norm else x
-        logits = self.ffn_in(x_hat)  # (B, E) router logits
-        x_in = (x_hat if self.ffn_gain is None else x_hat * self.ffn_gain).to(self.dtype)  # (B, D)
-        out = self.moe.mix(x_in, logits, "grouped")  # (B, D)
-        if self.ffn_out_gain is not None:
-            return x + self.norm(out) * self.ffn_out_gain
-        return x + (out if self.m == 1.0 else out * self.m)
-
-    def ffn_residual(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, D) -> x + m * out_norm(FFN(post_attention_norm(x))) (B, D)."""
-        if self.moe is not None:
-            return self.moe_residual(x)
-        h = self.ffn_in(self.norm(x) if self.pre_norm else x)  # (B, 2F) gate|up, or (B, F)
-        if self.gated:
-            gate, up = h.chunk(2, dim=-1)
-            h = self.act(gate) * up
-        else:
-            h = self.act(h)
-        if self.ffn_out_gain is None:
-            return self.down.residual(x, h)
-        return x + self.norm(self.down(h)) * self.ffn_out_gain
-
-
-def _output_gain(norm: torch.nn.Module | None, multiplier: float) -> torch.Tensor | None:
-    """m * g (D,) fp32 of an output norm (sandwich/output placements), or None without one."""
-    return None if norm is None else norm_gain(norm) * multiplier
-
-
-QUANT_MODES = WEIGHT_FORMATS  # FastDecoder's quant= values (generate/packed_linear.py)
-
-
-INT8_K_MULTIPLE = 16  # torch's CPU int8 kernel reads its input dim in blocks of 16 (wrong results or a crash otherwise)
-K_MULTIPLE = {"int8": INT8_K_MULTIPLE, "bf16": 16, "q8_0": 32, "q4_1": 32, "q8_0_a8": 32,
-              "q4_1_a8": 32}  # our kernels: 16 lanes, 32-blocks
-MODE_NAMES = {"int8": "fast-int8", "bf16": "fast-bf16", "q8_0": "fast-q8_0", "q4_1": "fast-q4_1",
-              "q8_0_a8": "fast-q8_0-a8", "q4_1_a8": "fast-q4_1-a8"}
-
-
-def check_int8_dims(c: ModelConfig, quant: str = "int8") -> None:
-    """ValueError unless every matrix's input dim (d_model, n_heads*head_dim, d_ff) is a multiple of the
-    weight format's K_MULTIPLE."""
-    if quant not in K_MULTIPLE:
-        return
-    multiple = K_MULTIPLE[quant]
-    dims = {"d_model": c.d_model, "n_heads*head_dim": c.n_heads * c.head_dim, "d_ff": c.d_ff}
-    bad = {k: v for k, v in dims.items() if v % multiple}
-    if bad:
-        raise ValueError(f"decode='{MODE_NAMES[quant]}' needs {sorted(dims)} to be multiples of {multiple} (its "
-                         f"kernel), got {bad}; use decode='fast' for this model")
 
 
 def block_source(model: TransformerLM) -> BlockSource:
@@ -216,7 +78,7 @@ class FastDecoder:
         if quant == "int8":
             if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
                 raise ValueError("quant='int8' needs torch's _weight_int8pack_mm kernel (torch >= 2.4); use quant=None")
-        check_int8_dims(c, quant)
+        check_format_dims(c, quant)
         self.config, self.quant = c, quant
         self.dtype = model.lm_head.weight.dtype
         self.h, self.kvh, self.hd = c.n_heads, c.n_kv_heads, c.head_dim
@@ -232,7 +94,10 @@ class FastDecoder:
         self.local_rope = None if local_rope is None else local_rope.fused_copy()
         if rope is not None:  # over the rotary dims (all of Hd unless partial rotary)
             self.rotation = rope_rotation(rope.head_dim, rope.style, torch.float32).to(rope.cos.device)
-        self.native = native_step(self)  # the whole step in C++ where supported (generate/native_step.py)
+        plain = (self.positions is None and self.local_rope is None and self.dtype == torch.float32
+                 and quant != "int8")  # what the C++ step leaves to the torch path; it checks the rest
+        # the whole step in C++ where supported (generate/native_step.py)
+        self.native = native_step(c, self.layers, self.head, self.embed, self.rope) if plain else None
 
     def linears(self) -> list[PackedLinear]:
         """Every packed matrix of the model (the layers', then the LM head)."""

@@ -16,33 +16,29 @@ Anything else: None, and FastDecoder keeps its torch path.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from scratchlm.config import ModelConfig
+from scratchlm.generate.packed_layer import PackedLayer
 from scratchlm.generate.packed_linear import A8_FORMATS, PackedLinear
 from scratchlm.kernels import ops
+from scratchlm.nn.rope import RotaryEmbedding
 
-if TYPE_CHECKING:
-    from scratchlm.generate.fast_decode import FastDecoder
 
-def supported(dec: "FastDecoder") -> bool:
-    """True when the C++ step computes this decoder's function (see the module docstring): a plain
-    pre-norm Llama block; every other architecture feature keeps FastDecoder's torch step."""
-    c = dec.config
+def supported(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, embed: torch.Tensor,
+              rope: RotaryEmbedding | None) -> bool:
+    """True when the C++ step computes this function (see the module docstring): plain pre-norm Llama
+    blocks, static full-width RoPE tables, every matrix in a kernel format, CPU memory. The decoder
+    checks the rest itself (fp32, no learned positions, no second RoPE, not int8)."""
     plain_config = (c.norm == "rmsnorm" and c.ffn == "swiglu" and not c.qk_norm and c.norm_placement == "pre"
-                    and getattr(c, "embedding_multiplier", 1.0) == 1.0 and getattr(c, "logits_scaling", 1.0) == 1.0
-                    and getattr(c, "final_softcap", None) is None)
-    plain_layers = all(getattr(layer, "pre_norm", True) and getattr(layer, "attn_out_gain", None) is None
-                       and getattr(layer, "ffn_out_gain", None) is None and getattr(layer, "softcap", None) is None
-                       and getattr(layer, "rope_kind", "global") == "global"
-                       and getattr(layer, "moe", None) is None for layer in dec.layers)
-    return (plain_config and plain_layers and dec.rope is not None and getattr(dec, "local_rope", None) is None
-            and dec.rope.head_dim == c.head_dim  # no partial rotary
-            and getattr(dec.rope, "kind", None) not in ("longrope", "dynamic")  # position-dependent tables
-            and dec.positions is None and dec.dtype == torch.float32
-            and dec.embed.device.type == "cpu" and dec.quant != "int8"
-            and all(lin.fallback is None for lin in dec.linears()))
+                    and c.embedding_multiplier == 1.0 and c.logits_scaling == 1.0 and c.final_softcap is None)
+    linears = [m for layer in layers for m in (layer.qkv, layer.o, layer.ffn_in, layer.down)] + [head]
+    return (plain_config and all(layer.plain_llama() for layer in layers) and rope is not None
+            and rope.head_dim == c.head_dim  # no partial rotary
+            and rope.kind not in ("longrope", "dynamic")  # position-dependent tables
+            and embed.device.type == "cpu" and all(lin is not None and lin.fallback is None for lin in linears))
 
 
 def native_linear(mod: Any, lin: PackedLinear) -> Any:
@@ -57,17 +53,18 @@ def native_linear(mod: Any, lin: PackedLinear) -> Any:
     return mod.Linear(ops.FORMAT_CODES[fmt], w, n, k, lin.in_scale, lin.out_scale, lin.bias)
 
 
-def native_step(dec: "FastDecoder") -> Any | None:
-    """A kernel `LlamaStep` for `dec`, or None (unsupported architecture or no compiled kernels)."""
+def native_step(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, embed: torch.Tensor,
+                rope: RotaryEmbedding | None) -> Any | None:
+    """A kernel `LlamaStep` over these packed parts, or None (unsupported architecture or no compiled
+    kernels)."""
     mod = ops.native_kernels()
-    if mod is None or not supported(dec) or dec.embed.device.type != "cpu":  # CPU memory only
+    if mod is None or not supported(c, layers, head, embed, rope):
         return None
     try:
-        layers = [[native_linear(mod, lin) for lin in (l.qkv, l.o, l.ffn_in, l.down)] for l in dec.layers]
-        head = native_linear(mod, dec.head)
+        kernel_layers = [[native_linear(mod, lin) for lin in (l.qkv, l.o, l.ffn_in, l.down)] for l in layers]
+        kernel_head = native_linear(mod, head)
     except RuntimeError:  # a dimension the kernels do not take (K not a multiple of 16 / 32)
         return None
-    c = dec.config
-    windows = [-1 if layer.window is None else layer.window for layer in dec.layers]
-    return mod.LlamaStep(dec.embed.float(), dec.rope.cos.float(), dec.rope.sin.float(), c.n_heads, c.n_kv_heads,
-                         c.head_dim, c.norm_eps, dec.rope.style == "half", layers, head, windows)
+    windows = [-1 if layer.window is None else layer.window for layer in layers]
+    return mod.LlamaStep(embed.float(), rope.cos.float(), rope.sin.float(), c.n_heads, c.n_kv_heads,
+                         c.head_dim, c.norm_eps, rope.style == "half", kernel_layers, kernel_head, windows)

@@ -8,7 +8,7 @@ Weight formats (`quant`, chosen by the decode mode; WEIGHT_FORMATS):
     "bf16"  W rounded to bf16, x stays fp32: w = bf16 bits << 16 widened exactly in the kernel.
     "q8_0"  ggml Q8_0 blocks (w = d q), "q4_1" ggml Q4_1 blocks (w = d q + m): the model's own GGUF
             blocks when it has them in that type (`model.quantized_weights`), else quantized from the
-            fp32 weights with ggml's reference rounding (quant/ggml_quant.py).
+            fp32 weights with ggml's reference rounding (quant/quantize.py).
     "gguf"  the model's own GGUF blocks wherever it has Q8_0/Q4_1 ones, the fp32 weights elsewhere:
             exactly the loaded model (the same dequantized weights HF would run), at block size.
     "q8_0_a8", "q4_1_a8"  the q8_0 / q4_1 blocks, and x (after in_scale) rounded to 8 bits per 32-block
@@ -31,13 +31,13 @@ import torch.nn.functional as F
 from scratchlm.kernels import ops
 from scratchlm.quant.act_quant import round_act
 from scratchlm.quant.blocks import GGMLBlocks
-from scratchlm.quant.ggml_quant import dequantize_blocks, quantize_q4_1, quantize_q8_0
+from scratchlm.quant.dequantize import KERNEL_TYPES, dequantize_blocks
+from scratchlm.quant.quantize import quantize_blocks
 
 WEIGHT_FORMATS = (None, "int8", "bf16", "q8_0", "q4_1", "gguf", "q8_0_a8", "q4_1_a8")
 A8_FORMATS = {"q8_0_a8": "q8_0", "q4_1_a8": "q4_1"}  # 8-bit activations -> the weight blocks they read
 BLOCK_FORMATS = ("q8_0", "q4_1", "gguf", *A8_FORMATS)
-KERNEL_BLOCK_TYPES = ("Q8_0", "Q4_1")  # ggml types our kernels read directly
-QUANTIZERS = {"q8_0": ("Q8_0", quantize_q8_0), "q4_1": ("Q4_1", quantize_q4_1)}
+QUANTIZERS = {"q8_0": "Q8_0", "q4_1": "Q4_1"}  # weight format -> the ggml block type it quantizes to
 BlockSource = Callable[[torch.Tensor], "GGMLBlocks | None"]  # a weight Parameter -> its GGUF blocks
 
 
@@ -170,12 +170,12 @@ def stacked_blocks(linears: list[torch.nn.Module], quant: str, source: BlockSour
     own = [source(lin.weight) if source is not None else None for lin in linears]
     if quant == "gguf":
         types = {b.ggml_type if b is not None else None for b in own}
-        if len(types) != 1 or next(iter(types)) not in KERNEL_BLOCK_TYPES:
+        if len(types) != 1 or next(iter(types)) not in KERNEL_TYPES:
             return None
         parts = own
     else:
-        ggml_type, quantize = QUANTIZERS[A8_FORMATS.get(quant, quant)]
-        parts = [b if b is not None and b.ggml_type == ggml_type else quantize(lin.weight.detach().float())
+        ggml_type = QUANTIZERS[A8_FORMATS.get(quant, quant)]
+        parts = [b if b is not None and b.ggml_type == ggml_type else quantize_blocks(lin.weight.detach().float(), ggml_type)
                  for b, lin in zip(own, linears)]
     data = torch.cat([b.data for b in parts])
     return GGMLBlocks(parts[0].ggml_type, data.contiguous(), (data.shape[0], parts[0].shape[1]))

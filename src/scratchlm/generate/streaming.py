@@ -14,14 +14,8 @@ from typing import Any
 from scratchlm.generate.engine import iter_decode, sampling_params
 from scratchlm.generate.stopping import StopChecker
 from scratchlm.model import TransformerLM
+from scratchlm.tokenizer.chat.render import default_stop_ids
 
-END_OF_TURN_TOKENS = ("<|endoftext|>", "<|im_end|>")
-
-
-def default_stop_ids(tokenizer: Any) -> list[int]:
-    """Ids of the tokenizer's end-of-text / end-of-turn special tokens (those it has)."""
-    specials = getattr(tokenizer, "special_token_ids", {}) or {}
-    return [specials[s] for s in END_OF_TURN_TOKENS if s in specials]
 
 
 def stream_generate(

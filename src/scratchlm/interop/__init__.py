@@ -1,10 +1,9 @@
-"""Hugging Face interop: load and save Llama, Qwen2/Qwen3 and GPT-2 checkpoints and tokenizer.json.
+"""Foreign model formats: Hugging Face directories (interop/hf/) and GGUF files (interop/gguf/).
 
-    model = scratchlm.from_pretrained("path/to/hf_dir")      # HF (or scratchlm) directory -> TransformerLM
-    scratchlm.save_pretrained(model, "out_dir", max_shard_size="2GB")   # -> transformers-loadable dir
+    hf/     config.json <-> ModelConfig (families as table rows), state-dict names, safetensors shards,
+            save_pretrained, PEFT adapters, tokenizer files
+    gguf/   reading (metadata, tensors, ggml blocks), metadata -> config, tensor names, tokenizer
+            metadata -> tokenizer.json, writing
+    model_build.py   a TransformerLM holding given tensors (shared by both loaders)
+Loading a model by path goes through scratchlm.load (the one place that tells the kinds apart).
 """
-
-from scratchlm.interop.pretrained import from_pretrained, save_pretrained
-from scratchlm.interop.tokenizer_files import load_hf_tokenizer, save_hf_tokenizer
-
-__all__ = ["from_pretrained", "save_pretrained", "load_hf_tokenizer", "save_hf_tokenizer"]

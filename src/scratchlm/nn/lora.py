@@ -10,7 +10,7 @@ Dropout (inverted): during training x_i is zeroed with probability p and the sur
 1 / (1 - p); the base path always sees the undropped x.
 
 Parameter names follow PEFT's layout under our HF-style names: `...q_proj.base_layer.weight`,
-`...q_proj.lora_A.weight`, `...q_proj.lora_B.weight` (interop/peft_adapter.py adds PEFT's
+`...q_proj.lora_A.weight`, `...q_proj.lora_B.weight` (interop/hf/peft_adapter.py adds PEFT's
 `base_model.model.` prefix when saving). Shapes: x (..., in) -> y (..., out).
 """
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-GGML_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
+from scratchlm.quant.ggml_types import ggml_type
+
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,7 @@ class GGMLBlocks:
     shape: tuple[int, int]
 
     def __post_init__(self) -> None:
-        if self.ggml_type not in GGML_TYPES:
-            raise ValueError(f"ggml_type {self.ggml_type!r} is not supported; supported: {', '.join(GGML_TYPES)}")
+        ggml_type(self.ggml_type)  # ValueError naming the supported types
         if self.data.dtype != torch.uint8 or self.data.dim() != 2 or self.data.shape[0] != self.shape[0]:
             raise ValueError(f"GGMLBlocks.data must be uint8 (rows={self.shape[0]}, bytes_per_row), "
                              f"got {self.data.dtype} {tuple(self.data.shape)}")

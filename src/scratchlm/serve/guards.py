@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any, Awaitable, Callable
 
-from scratchlm.serve.metrics import ServerMetrics
+from scratchlm.serve.prometheus import ServerMetrics
 from scratchlm.serve.protocol import APIError
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")

@@ -22,7 +22,7 @@ import torch
 import uvicorn
 
 from scratchlm.data.chat_format import chat_format_of
-from scratchlm.loading import load_pretrained
+from scratchlm.load import load_pretrained
 from scratchlm.serve import API_KEY_ENV
 from scratchlm.serve.guards import LOOPBACK_HOSTS, is_loopback
 from scratchlm.serve.server import create_app

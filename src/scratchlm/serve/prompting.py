@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from scratchlm.generate.sampling import SamplingParams
-from scratchlm.generate.streaming import default_stop_ids
+from scratchlm.tokenizer.chat.render import default_stop_ids
 from scratchlm.serve.protocol import APIError, ChatMessage, ChatRequest, CompletionRequest, SamplingFields
 from scratchlm.serve.structured import ConstraintFactory, StructuredOutput, constraint_factory
 from scratchlm.serve.tools import ToolPlan, call_grammar, chatml_tool_messages, plan_tools, template_messages
-from scratchlm.tokenizer.chat_template import render_chat
+from scratchlm.tokenizer.chat.render import render_chat
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16
 MAX_CHOICES = 64  # prompts x n per request

@@ -6,7 +6,7 @@ server needs rows to come and go. This scheduler builds that step loop on the sa
 (`choose_next_token`). One background thread repeats:
 
     1. drop cancelled rows (a client went away) and admit waiting sequences into free rows:
-       prefill them (serve/prefill.py: together, or from the prefix cache), copy their K/V into the
+       prefill them (serve/joining.py: together, or from the prefix cache), copy their K/V into the
        SlotCache, choose token 1
     2. one decode step for all n active rows: logits (n, V) = model(last tokens (n, 1),
        positions (n, 1), key mask (n, c + 1), cache view);  each row chooses with its own params,
@@ -14,7 +14,8 @@ server needs rows to come and go. This scheduler builds that step loop on the sa
     3. finished rows leave (their row is reused at the next step; their K/V go to the prefix cache)
 
 The decode step is `make_decode_step(model, decode)`: "model" (the model's forward) or "fast" /
-"fast-int8" (generate.fast_decode.FastDecoder on the same slot cache). Prefill always runs the model.
+"fast-int8" (generate.fast_decode.FastDecoder on the same slot cache). Prefill runs generate's prefill
+(generate/prefill.py) in the `prefill` mode: "model", or "bf16" through a bf16 copy of the model.
 The waiting queue is bounded (`max_queue` sequences): `submit` raises QueueFull beyond it.
 `abort(message)` fails every sequence at the next step boundary (graceful shutdown).
 Everything here runs on the scheduler thread; other threads call submit() / cancel() / abort() only.
@@ -31,8 +32,9 @@ from dataclasses import dataclass
 import torch
 
 from scratchlm.generate.decode_step import DECODE_MODES, make_decode_step
+from scratchlm.generate.prefill import PREFILL_MODES
 from scratchlm.model import TransformerLM
-from scratchlm.serve.prefill import prefill_prompts
+from scratchlm.serve.joining import prefill_prompts
 from scratchlm.serve.prefix_cache import PrefixCache
 from scratchlm.serve.sequence import Sequence
 from scratchlm.serve.slot_cache import SlotCache
@@ -68,9 +70,13 @@ class Scheduler:
     """Runs every submitted Sequence to completion in a shared, changing batch."""
 
     def __init__(self, model: TransformerLM, max_batch: int = 32, pad_id: int = 0, decode: str = "model",
-                 max_queue: int = 256, prefix_cache: PrefixCache | None = None, context: int | None = None) -> None:
+                 max_queue: int = 256, prefix_cache: PrefixCache | None = None, context: int | None = None,
+                 prefill: str = "model") -> None:
         if decode not in SERVE_DECODE_MODES:
             raise ValueError(f"unknown decode mode {decode!r} for serving; valid: {SERVE_DECODE_MODES}")
+        if prefill not in PREFILL_MODES:
+            raise ValueError(f"unknown prefill mode {prefill!r}; valid: {PREFILL_MODES}")
+        self.prefill = prefill
         if max_queue < 0:
             raise ValueError(f"max_queue={max_queue} must be >= 0 (0 = no waiting: busy means 429)")
         self.model = model.eval()
@@ -188,7 +194,8 @@ class Scheduler:
         for s, src in zip(joining, source):
             if s.needs_prompt_logprobs:
                 scored[src] = max(scored.get(src, 0), s.top_logprobs)
-        done = prefill_prompts(self.model, list(distinct), scored, self.prefix_cache, self.pad_id, self.device)
+        done = prefill_prompts(self.model, list(distinct), scored, self.prefix_cache, self.pad_id, self.device,
+                               self.prefill)
         for s, src in zip(joining, source):
             s.cached_tokens = done[src].cached
             self.stats.prompt_tokens += len(s.prompt)

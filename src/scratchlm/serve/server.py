@@ -6,7 +6,7 @@
     POST /v1/chat/completions   chat (ChatML template), same streaming
     POST /tokenize              token ids and count of a prompt or a conversation (vLLM's shape)
     GET  /health                liveness + scheduler counters (not part of OpenAI's API)
-    GET  /metrics               Prometheus metrics (serve/metrics.py)
+    GET  /metrics               Prometheus metrics (serve/prometheus.py)
 
 Every request runs through the step-level batching Scheduler. Bad input of any kind answers 4xx with
 OpenAI's error JSON and the server keeps serving; an internal failure answers 500 with a generic

@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 from fastapi import Request
 
-from scratchlm.generate.streaming import default_stop_ids
+from scratchlm.tokenizer.chat.render import default_stop_ids
 from scratchlm.model import TransformerLM
-from scratchlm.serve.metrics import ServerMetrics
+from scratchlm.serve.prometheus import ServerMetrics
 from scratchlm.serve.prefix_cache import PrefixCache
 from scratchlm.serve.prompting import JobContext
 from scratchlm.serve.protocol import APIError
@@ -33,6 +33,7 @@ class ServeOptions:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_batch: int = 32
     decode: str = "model"
+    prefill: str = "model"  # generate's prefill mode (generate/prefill.py): "model" or "bf16"
     max_queue: int = 256
     prefix_cache_mb: float = 256.0
     allowed_hosts: list[str] | None = None  # None: any Host header
@@ -67,7 +68,8 @@ class ServerState:
         self.vocab_size = model.config.vocab_size
         cache = PrefixCache(capacity_bytes=int(options.prefix_cache_mb * (1 << 20)))
         self.scheduler = Scheduler(model, max_batch=options.max_batch, decode=options.decode,
-                                   max_queue=options.max_queue, prefix_cache=cache, context=self.context)
+                                   max_queue=options.max_queue, prefix_cache=cache, context=self.context,
+                                   prefill=options.prefill)
         chat_stops = list(dict.fromkeys([*(stop_token_ids or []), *default_stop_ids(tokenizer)]))
         structured = StructuredOutput(tokenizer, self.vocab_size, chat_stops)
         self.jobs = JobContext(tokenizer, self.context, self.vocab_size, structured, stop_token_ids, chat_stops,

@@ -3,11 +3,11 @@
 `tokenizer_from_json` / `pretrained_from_json` for a tokenizer.json-shaped dict), their chat templates
 (`ChatTemplate`) and scratchlm's own ChatML (`render_chat`)."""
 
-from scratchlm.tokenizer.bpe_train import train_bpe
-from scratchlm.tokenizer.chat_template import DEFAULT_SPECIAL_TOKENS, chat_prompt_ids, render_chat
-from scratchlm.tokenizer.jinja_template import ChatTemplate
+from scratchlm.tokenizer.training.bpe_trainer import train_bpe
+from scratchlm.tokenizer.chat.render import DEFAULT_SPECIAL_TOKENS, chat_prompt_ids, render_chat
+from scratchlm.tokenizer.chat.template import ChatTemplate
 from scratchlm.tokenizer.pipeline import Tokenizer
-from scratchlm.tokenizer.pretrained import (PretrainedTokenizer, SpecialTokens, load_pretrained_tokenizer,
+from scratchlm.tokenizer.hf_files import (PretrainedTokenizer, SpecialTokens, load_pretrained_tokenizer,
                                             pretrained_from_json, tokenizer_from_json)
 
 __all__ = ["Tokenizer", "train_bpe", "render_chat", "chat_prompt_ids", "DEFAULT_SPECIAL_TOKENS", "ChatTemplate",

@@ -19,7 +19,7 @@ from scratchlm.tokenizer.encoding import Encoding
 from scratchlm.tokenizer.json_fields import check_fields
 from scratchlm.tokenizer.normalized import NormalizedText, prepended, text_of
 from scratchlm.tokenizer.patterns import GPT2_PATTERN
-from scratchlm.tokenizer.splitting import regex_pieces, regex_runs, split_text
+from scratchlm.tokenizer.split_delimiters import regex_pieces, regex_runs, split_text
 from scratchlm.tokenizer.unicode_props import count_leading, is_whitespace
 
 

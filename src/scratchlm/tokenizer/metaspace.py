@@ -16,7 +16,7 @@ from scratchlm.tokenizer.json_fields import check_fields
 from scratchlm.tokenizer.normalized import prepended, replaced, text_of
 import regex
 
-from scratchlm.tokenizer.splitting import char_regex, regex_runs, split_text
+from scratchlm.tokenizer.split_delimiters import char_regex, regex_runs, split_text
 
 PREPEND_SCHEMES = ("always", "first", "never")
 

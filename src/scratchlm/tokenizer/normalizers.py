@@ -16,7 +16,7 @@ import unicodedata
 
 from scratchlm.tokenizer.json_fields import check_fields, dispatch
 from scratchlm.tokenizer.normalized import NormalizedText
-from scratchlm.tokenizer.splitting import compile_pattern, parse_pattern, regex_runs
+from scratchlm.tokenizer.split_delimiters import compile_pattern, parse_pattern, regex_runs
 from scratchlm.tokenizer.unicode_forms import normalize_aligned
 from scratchlm.tokenizer.unicode_props import NEWER_LOWERCASE, NEWER_UPPERCASE, count_leading, is_whitespace
 

@@ -6,7 +6,7 @@
 Each stage is one module (normalizers.py, pre_tokenizers.py, byte_level.py, metaspace.py, bpe.py,
 byte_fallback.py, added_tokens.py, post_processors.py, decoders.py); tokenizer.json <-> stages in
 hf_json.py. scratchlm's own byte-level BPE is the same pipeline (gpt2_style.py); `impl="tiktoken"`
-runs eligible byte-level tokenizers through tiktoken with the same ids (fast.py).
+runs eligible byte-level tokenizers through tiktoken with the same ids (tiktoken_path.py).
 
 `encode(text)` does not add the post-processor's special tokens (add_special_tokens=False: BOS/EOS
 only when asked), so ids are exactly the text; HF's `tokenizer.encode(text)` default is True.
@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from scratchlm.tokenizer import fast, formats, streaming
+from scratchlm.tokenizer import stream_encode, tiktoken_path, vocab_files
 from scratchlm.tokenizer.added_tokens import AddedVocabulary
 from scratchlm.tokenizer.byte_level import ByteLevel
 from scratchlm.tokenizer.decoders import decode_tokens, token_bytes
@@ -80,7 +80,7 @@ class Tokenizer:
         self._needs_positions = needs_positions(parts.pre_tokenizer)
         self.impl = impl
         self.native = False  # True: scratchlm's own byte-level BPE, saved in scratchlm's files
-        self._fast = fast.tiktoken_encoder(self) if impl == "tiktoken" else None
+        self._fast = tiktoken_path.tiktoken_encoder(self) if impl == "tiktoken" else None
 
     @property
     def vocab_size(self) -> int:
@@ -204,8 +204,8 @@ class Tokenizer:
         return self._encode_one(text, True, False).ids
 
     def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
-        """Lazily encode a stream of strings (e.g. a file's lines) as one text (see streaming.py)."""
-        return streaming.encode_stream(self, iterable)
+        """Lazily encode a stream of strings (e.g. a file's lines) as one text (see stream_encode.py)."""
+        return stream_encode.encode_stream(self, iterable)
 
     # -- decoding -----------------------------------------------------------------------------
     def id_to_token(self, i: int) -> str | None:
@@ -255,10 +255,10 @@ class Tokenizer:
         write_tokenizer_json(self.to_hf_dict(), path)
 
     def save(self, directory: str | Path) -> None:
-        """scratchlm's readable files for its own byte-level BPEs (formats.py); a tokenizer loaded from
+        """scratchlm's readable files for its own byte-level BPEs (vocab_files.py); a tokenizer loaded from
         tokenizer.json is written back as DIR/tokenizer.json."""
         if self.native:
-            formats.save_tokenizer(self, directory)
+            vocab_files.save_tokenizer(self, directory)
         else:
             Path(directory).mkdir(parents=True, exist_ok=True)
             self.save_hf_json(Path(directory) / TOKENIZER_JSON)
@@ -267,7 +267,7 @@ class Tokenizer:
     def load(cls, directory: str | Path, *, impl: str = "reference") -> "Tokenizer":
         """scratchlm's files in `directory` if present, else its tokenizer.json (an HF model directory)."""
         d = Path(directory)
-        if not (d / formats.META_FILE).is_file() and (d / TOKENIZER_JSON).is_file():
+        if not (d / vocab_files.META_FILE).is_file() and (d / TOKENIZER_JSON).is_file():
             return cls.from_hf_json(d / TOKENIZER_JSON, impl=impl)
-        vocab, merges, specials = formats.load_tokenizer(d)
+        vocab, merges, specials = vocab_files.load_tokenizer(d)
         return cls(vocab, merges, specials, impl=impl)

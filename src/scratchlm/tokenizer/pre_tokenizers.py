@@ -21,7 +21,7 @@ from scratchlm.tokenizer.byte_level import ByteLevel
 from scratchlm.tokenizer.json_fields import check_fields, dispatch
 from scratchlm.tokenizer.metaspace import Metaspace
 from scratchlm.tokenizer.normalized import text_of
-from scratchlm.tokenizer.splitting import char_regex, check_behavior, compile_pattern, parse_pattern, regex_runs, split_text
+from scratchlm.tokenizer.split_delimiters import char_regex, check_behavior, compile_pattern, parse_pattern, regex_runs, split_text
 from scratchlm.tokenizer.unicode_props import NUMERIC_CLASS, PUNCTUATION_CLASS, WHITESPACE_CLASS, WORD_CLASS
 
 

@@ -1,7 +1,7 @@
 """Training checkpoints: model + optimizer + trainer state, swapped in as one directory.
 
 OUT/checkpoint/ holds
-    config.json, model.safetensors        scratchlm.checkpoint.save_model (loadable with load_model)
+    config.json, model.safetensors        scratchlm.model_files.save_model (loadable with load_model)
     trainer_state.safetensors             optimizer moments + RNG states (tensors; never pickle);
                                           FSDP runs gather their sharded moments into the same
                                           unsharded layout, so any run can resume any checkpoint
@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save
+from safetensors.torch import save
 
-from scratchlm.checkpoint import CONFIG_NAME, WEIGHTS_NAME, load_config, load_model, save_model
-from scratchlm.io_utils import atomic_write, atomic_write_text, exchange_paths, read_json_object
+from scratchlm.model_files import CONFIG_NAME, WEIGHTS_NAME, load_config, load_model, save_model
+from scratchlm.io_utils import atomic_write, atomic_write_text, exchange_paths, read_json_object, read_safetensors
 from scratchlm.model import TransformerLM
 
 STATE_JSON = "trainer_state.json"
@@ -271,10 +271,7 @@ def load_checkpoint(ckpt: str | Path, model: TransformerLM, optimizer: torch.opt
     path = ckpt / STATE_TENSORS
     if not path.exists():
         raise FileNotFoundError(f"{ckpt} has {STATE_JSON} but no {STATE_TENSORS}; the checkpoint is incomplete")
-    try:
-        tensors = load_file(str(path))
-    except Exception as exc:  # safetensors raises its own error types on truncated files
-        raise ValueError(f"cannot read {path}: {exc} (truncated or not a safetensors file?)") from None
+    tensors = read_safetensors(path)
     opt_state = saved_optimizer_state(optimizer, tensors, meta["optimizer"], ckpt)
     if sharded is None:
         optimizer.load_state_dict(opt_state)

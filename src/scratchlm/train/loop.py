@@ -34,16 +34,16 @@ from scratchlm.train.checkpoint import (
     TrainerState, find_checkpoint, index_keyed, load_checkpoint, read_state_json, save_checkpoint,
 )
 from scratchlm.train.clip import clip_grad_norm, global_grad_norm
-from scratchlm.train.config import TrainConfig
+from scratchlm.train.train_config import TrainConfig
 from scratchlm.train.data_source import DataSource, to_device
 from scratchlm.train.guard import DivergenceGuard, TrainingDiverged
 from scratchlm.train.losses import cross_entropy, perplexity
-from scratchlm.train.metrics import MetricsLog, PeakTracker, plot_loss_curve
+from scratchlm.train.run_metrics import MetricsLog, PeakTracker, plot_loss_curve
 from scratchlm.train.moe_loss import load_balancing_loss
 from scratchlm.train.optim import build_optimizer
 from scratchlm.train.progress import TrainProgress
 from scratchlm.train.resume import resumed_total_steps, schedule_lr
-from scratchlm.train.run_dir import check_fresh_out_dir
+from scratchlm.train.out_dir import check_fresh_out_dir
 
 __all__ = ["TrainResult", "Trainer", "TrainingDiverged", "build_model", "train"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from scratchlm.train.config import TrainConfig
+from scratchlm.train.train_config import TrainConfig
 
 FAST = dict(optimizer_impl="torch", loss_impl="torch")
 # the model-side fast paths (torch SDPA, fused norms/activations/RoPE), each tested equal to the reference

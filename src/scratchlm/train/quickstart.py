@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scratchlm.checkpoint import load_model
+from scratchlm.model_files import load_model
 from scratchlm.config import get_preset
 from scratchlm.data.corpus import default_corpus, load_corpus
 from scratchlm.data.batches import train_val_split
@@ -21,7 +21,7 @@ from scratchlm.data.token_file import open_token_file, write_token_file
 from scratchlm.io_utils import atomic_write_text, claim_run_dir, release_replaced
 from scratchlm.train.loop import train
 from scratchlm.train.losses import bits_per_byte
-from scratchlm.train.config import TrainConfig
+from scratchlm.train.train_config import TrainConfig
 from scratchlm.train.presets import get_train_preset
 
 PROMPTS = ("def ", "The ", "import ", "class ")
@@ -39,7 +39,7 @@ class QuickstartResult:
 def build_tokens(out: Path, data: str | None, max_bytes: int, vocab_size: int, progress: bool) -> int:
     """Write OUT/corpus.txt, OUT/tokenizer/ and OUT/tokens.bin; returns the vocab size."""
     from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer, train_bpe
-    from scratchlm.tokenizer.streaming import encode_stream_chunks
+    from scratchlm.tokenizer.stream_encode import encode_stream_chunks
 
     text = load_corpus(data, max_bytes) if data else default_corpus(max_bytes)
     atomic_write_text(out / "corpus.txt", text)

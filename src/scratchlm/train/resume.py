@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scratchlm.train.config import TrainConfig
+from scratchlm.train.train_config import TrainConfig
 from scratchlm.train.schedule import lr_at
 
 SCHEDULE_FIELDS = ("max_steps", "schedule", "lr", "min_lr", "warmup_steps", "decay_frac")

@@ -1,16 +1,33 @@
-"""Dequantize ggml blocks (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) into float32 tensors.
+"""Dequantize ggml blocks (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+IQ4_XS) into float32 tensors.
 
 Every function takes the blocks as a uint8 tensor (N, type_size) and returns the values (N, block_size),
 computed in float32 in the same order of operations as ggml's reference `dequantize_row_*`, so the
-result is bit-identical to ggml / gguf-py (tested against `gguf.quants.dequantize`). Formulas:
+result is bit-identical to ggml / gguf-py (tested against `gguf.quants.dequantize` and ggml's C). Every product
+below is exact in float32 (an f16 d or dmin has 11 significant bits, the scales and q at most 13 together), so
+the only rounding is the final + m / - dmin m of the affine types (an FMA gives the same result). Formulas:
 
     Q8_0   x_j = d q_j                       q_j int8
     Q4_0   x_j = d (q_j - 8)                 q_j = low nibble of qs[j] (j < 16), high nibble of qs[j-16]
     Q4_1   x_j = d q_j + m
+    Q5_0   x_j = d (q_j - 16)                q_j = its Q4_0 nibble | (bit j of qh) << 4
+    Q5_1   x_j = d q_j + m                   q_j as Q5_0
+    IQ4_NL x_j = d kvalues[q_j]              q_j the 4-bit index (nibbles as Q4_0), kvalues = KVALUES_IQ4NL
+    Q2_K   x = (d sc_s) q - (dmin m_s)       16 sub-blocks s of 16, sc_s = scales[s] & 15, m_s = scales[s] >> 4,
+                                             2-bit q
+    Q3_K   x = (d (sc_s - 32)) (q - 4 h)     16 sub-blocks of 16, 6-bit sc_s, 2-bit q, h = 1 where the hmask bit
+                                             is clear (so q - 4 there, q where it is set)
     Q4_K   x = (d sc_s) q - (dmin m_s)       8 sub-blocks s of 32, 6-bit sc_s, m_s, 4-bit q
     Q5_K   as Q4_K with q = q4 | bit5 << 4   bit5 of sub-block s at bit s of qh[l]
     Q6_K   x = (d sc_s) (q - 32)             16 sub-blocks s of 16, int8 sc_s, q = 4 low bits | 2 high bits << 4
-The K-quants' 12 scale bytes pack 8 scales and 8 mins of 6 bits: for s < 4, sc_s = b[s] & 63 and
+    IQ4_XS x = (d (ls_s - 32)) kvalues[q]    8 sub-blocks s of 32, ls_s = (scales_l[s // 2] >> 4 (s mod 2)) & 15
+                                             | ((scales_h >> 2 s) & 3) << 4; q as IQ4_NL in each sub-block
+The 2-bit quants (Q2_K, and Q3_K's low bits) pack each half of 128 values into 32 bytes: bits 2j, 2j+1 of
+byte l are value l of group j (j = 0..3, 32 values each; group j = sub-blocks 2j, 2j+1 of the half).
+Q3_K's hmask[l] holds the third bit of value l of group k (k = 0..7 over both halves) at bit k; its
+12 scale bytes b pack 16 six-bit scales: sc_s = (b[s mod 8] >> 4 (s // 8)) & 15
+                                              | ((b[8 + s mod 4] >> 2 (s // 4)) & 3) << 4.
+Q4_K/Q5_K's 12 scale bytes pack 8 scales and 8 mins of 6 bits: for s < 4, sc_s = b[s] & 63 and
 m_s = b[s+4] & 63; for s >= 4, sc_s = (b[s+4] & 15) | (b[s-4] >> 6) << 4 and m_s = (b[s+4] >> 4) | (b[s] >> 6) << 4.
 """
 
@@ -24,6 +41,9 @@ from scratchlm.quant.blocks import GGMLBlocks
 from scratchlm.quant.ggml_types import ggml_type
 
 Tensor = torch.Tensor
+
+# ggml-common.h's kvalues_iq4nl: the 16 non-linear levels IQ4_NL / IQ4_XS indices point at
+KVALUES_IQ4NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 
 
 def _f16(blocks: Tensor, start: int) -> Tensor:
@@ -59,6 +79,74 @@ def _q4_0(b: Tensor) -> Tensor:
 def _q4_1(b: Tensor) -> Tensor:
     q = _nibbles(b[:, 4:]).to(torch.float32)  # (N, 32)
     return q.mul_(_f16(b, 0)).add_(_f16(b, 2))
+
+
+def _fifth_bits(qh: Tensor) -> Tensor:
+    """(N, 4) bytes of a little-endian u32 -> (N, 32) uint8 bits: bit j (value j's fifth bit) at column j."""
+    shifts = torch.arange(8, dtype=torch.uint8, device=qh.device)
+    return ((qh.unsqueeze(-1) >> shifts) & 1).reshape(qh.shape[0], 32)  # (N, byte, bit) -> (N, 32)
+
+
+def _q5_0(b: Tensor) -> Tensor:
+    q = (_nibbles(b[:, 6:22]) | (_fifth_bits(b[:, 2:6]) << 4)).to(torch.float32).sub_(16)  # (N, 32), exact
+    return q.mul_(_f16(b, 0))
+
+
+def _q5_1(b: Tensor) -> Tensor:
+    q = (_nibbles(b[:, 8:24]) | (_fifth_bits(b[:, 4:8]) << 4)).to(torch.float32)  # (N, 32)
+    return q.mul_(_f16(b, 0)).add_(_f16(b, 2))
+
+
+def _kvalues(q: Tensor) -> Tensor:
+    """4-bit indices (any shape, uint8) -> the IQ4_NL levels they name, float32."""
+    table = torch.tensor(KVALUES_IQ4NL, dtype=torch.float32, device=q.device)
+    return table[q.long()]
+
+
+def _iq4_nl(b: Tensor) -> Tensor:
+    return _kvalues(_nibbles(b[:, 2:18])).mul_(_f16(b, 0))  # (N, 32): kvalues[q] d, one rounding
+
+
+def _two_bit_groups(qs: Tensor) -> Tensor:
+    """Q2_K/Q3_K's qs (N, 64) -> 2-bit q (N, 16, 16) uint8 in value order: (half, group j, byte l) with
+    q = (qs[32 half + l] >> 2 j) & 3, so sub-block 8 half + 2 j + l // 16 holds 16 consecutive values."""
+    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=qs.device).view(1, 1, 4, 1)
+    return ((qs.reshape(-1, 2, 1, 32) >> shifts) & 3).reshape(-1, 16, 16)  # (N, half, j, 32) -> (N, 16, 16)
+
+
+def _q2_k(b: Tensor) -> Tensor:
+    sc = b[:, 0:16]  # (N, 16): low nibble the scale, high nibble the min of each sub-block
+    dl = (_f16(b, 80) * (sc & 0x0F).to(torch.float32)).unsqueeze(-1)  # (N, 16, 1)
+    ml = (_f16(b, 82) * (sc >> 4).to(torch.float32)).unsqueeze(-1)
+    q = _two_bit_groups(b[:, 16:80]).to(torch.float32)
+    return q.mul_(dl).sub_(ml).reshape(b.shape[0], 256)
+
+
+def _q3_k_scales(packed: Tensor) -> Tensor:
+    """Q3_K's 12 scale bytes (N, 12) -> the 16 signed scales sc_s - 32 (N, 16) as float32."""
+    low = torch.cat([packed[:, 0:8] & 0x0F, packed[:, 0:8] >> 4], dim=1)  # (N, 16): the 4 low bits
+    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=packed.device).view(1, 4, 1)
+    high = ((packed[:, 8:12].unsqueeze(1) >> shifts) & 3).reshape(-1, 16)  # (N, shift, 4) -> (N, 16)
+    return (low | (high << 4)).to(torch.float32).sub_(32)
+
+
+def _q3_k(b: Tensor) -> Tensor:
+    n = b.shape[0]
+    shifts = torch.arange(8, dtype=torch.uint8, device=b.device).view(1, 8, 1)
+    h = ((b[:, 0:32].unsqueeze(1) >> shifts) & 1).reshape(n, 16, 16)  # (N, group k = 4 half + j, 32) -> (N, 16, 16)
+    q = _two_bit_groups(b[:, 32:96]).to(torch.float32).sub_((1 - h).to(torch.float32) * 4)  # q - 4 where h is clear
+    dl = (_f16(b, 108) * _q3_k_scales(b[:, 96:108])).unsqueeze(-1)  # (N, 16, 1)
+    return q.mul_(dl).reshape(n, 256)
+
+
+def _iq4_xs(b: Tensor) -> Tensor:
+    n = b.shape[0]
+    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=b.device).view(1, 1, 4)
+    high = ((b[:, 2:4].unsqueeze(-1) >> shifts) & 3).reshape(n, 8)  # scales_h, little endian: (N, byte, 4) -> (N, 8)
+    low = torch.stack([b[:, 4:8] & 0x0F, b[:, 4:8] >> 4], dim=-1).reshape(n, 8)  # (N, byte, nibble) -> (N, 8)
+    dl = (_f16(b, 0) * (low | (high << 4)).to(torch.float32).sub_(32)).unsqueeze(-1)  # (N, 8, 1)
+    q = _kvalues(_nibbles(b[:, 8:136].reshape(n * 8, 16))).reshape(n, 8, 32)  # each sub-block's 16 bytes as IQ4_NL
+    return q.mul_(dl).reshape(n, 256)
 
 
 def _k_affine(b: Tensor, q: Tensor) -> Tensor:
@@ -114,7 +202,8 @@ def _bf16(b: Tensor) -> Tensor:
 
 DEQUANTIZE_BLOCKS: dict[str, Callable[[Tensor], Tensor]] = {
     "F32": _f32, "F16": _f16_values, "BF16": _bf16, "Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1,
-    "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
+    "Q5_0": _q5_0, "Q5_1": _q5_1, "IQ4_NL": _iq4_nl, "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k,
+    "Q6_K": _q6_k, "IQ4_XS": _iq4_xs,
 }
 
 

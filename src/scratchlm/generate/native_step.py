@@ -2,8 +2,8 @@
 
 At ~150 tokens/s a step has ~6 ms; FastDecoder's Python loop dispatches ~35 torch ops per layer
 (~1000 per step for 30 layers, several ms of overhead alone). `native_step(dec)` hands the same packed
-matrices (PackedLinear: fp32 / bf16 / Q8_0 / Q4_1, or the A8 formats' repacked blocks, with their in/out scales
-and biases) and the RoPE
+matrices (PackedLinear: fp32 / bf16, any ggml block type (a matrix's row parts may differ in type), or the
+A8 formats' repacked blocks, with their in/out scales and biases) and the RoPE
 tables to `LlamaStep`, which runs norm -> qkv -> RoPE -> cache write -> GQA attention -> o + residual
 -> norm -> gate|up -> SiLU * up -> down + residual per layer (sliding-window layers read their last
 W slots), then the head. Same math as
@@ -42,15 +42,14 @@ def supported(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, emb
 
 
 def native_linear(mod: Any, lin: PackedLinear) -> Any:
-    """The kernel module's Linear holding the same matrix, scales and bias as `lin`."""
+    """The kernel module's Linear holding the same matrix (all its parts), scales and bias as `lin`."""
     if lin.quant in A8_FORMATS:
         return ops.a8_linear(mod, lin.blocks, lin.in_scale, lin.out_scale, lin.bias)
-    if lin.blocks is not None:
-        fmt, w = lin.blocks.ggml_type, lin.blocks.data
-    else:
-        fmt, w = ("BF16", lin.w) if lin.quant == "bf16" else ("F32", lin.w.float())
-    n, k = lin.blocks.shape if lin.blocks is not None else tuple(lin.w.shape)
-    return mod.Linear(ops.FORMAT_CODES[fmt], w, n, k, lin.in_scale, lin.out_scale, lin.bias)
+    if lin.parts:
+        return ops.block_linear(mod, lin.parts, lin.in_scale, lin.out_scale, lin.bias)
+    fmt, w = ("BF16", lin.w) if lin.quant == "bf16" else ("F32", lin.w.float())
+    n, k = tuple(lin.w.shape)
+    return mod.Linear([ops.FORMAT_CODES[fmt]], [w], [n], k, lin.in_scale, lin.out_scale, lin.bias)
 
 
 def native_step(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, embed: torch.Tensor,
@@ -63,7 +62,7 @@ def native_step(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, e
     try:
         kernel_layers = [[native_linear(mod, lin) for lin in (l.qkv, l.o, l.ffn_in, l.down)] for l in layers]
         kernel_head = native_linear(mod, head)
-    except RuntimeError:  # a dimension the kernels do not take (K not a multiple of 16 / 32)
+    except (RuntimeError, ValueError):  # a dimension the kernels do not take (K not a multiple of 16 / 32 / 256)
         return None
     windows = [-1 if layer.window is None else layer.window for layer in layers]
     return mod.LlamaStep(embed.float(), rope.cos.float(), rope.sin.float(), c.n_heads, c.n_kv_heads,

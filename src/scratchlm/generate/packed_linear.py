@@ -9,12 +9,15 @@ Weight formats (`quant`, chosen by the decode mode; WEIGHT_FORMATS):
     "q8_0"  ggml Q8_0 blocks (w = d q), "q4_1" ggml Q4_1 blocks (w = d q + m): the model's own GGUF
             blocks when it has them in that type (`model.quantized_weights`), else quantized from the
             fp32 weights with ggml's reference rounding (quant/quantize.py).
-    "gguf"  the model's own GGUF blocks wherever it has Q8_0/Q4_1 ones, the fp32 weights elsewhere:
-            exactly the loaded model (the same dequantized weights HF would run), at block size.
+    "gguf"  the model's own GGUF blocks, every type quant/dequantize.py reads (F16 .. Q6_K, IQ4_XS),
+            exactly the loaded model (the same dequantized weights HF would run), at block size. Stacked
+            matrices whose parts differ in type (a Q4_K_M file's Q4_K q, k and Q6_K v) stay in their own
+            types, part by part (`parts`); a part without blocks runs its fp32 weight; a matrix none of
+            whose parts has blocks is the fp32 decoder's.
     "q8_0_a8", "q4_1_a8"  the q8_0 / q4_1 blocks, and x (after in_scale) rounded to 8 bits per 32-block
             first (quant/act_quant.py: llama.cpp's CPU scheme), then integer block dot products
             (kernels/csrc/gemv_a8.h, AVX512-VNNI where the CPU has it): y = (d q) W^T, not x W^T.
-The other kernel formats compute in fp32 on exactly the dequantized weights (kernels/csrc/gemv.h).
+The other kernel formats compute in fp32 on exactly the dequantized weights (kernels/csrc/gemv.h, blocks.h).
 Block matrices are never rescaled (that would re-round them): a norm gain g folded into "W diag(g)"
 for the dense formats is applied to x instead (x g), and an output row scale s to y (y s).
 Without the compiled kernels (SCRATCHLM_KERNELS=0, no compiler) the kernel formats run F.linear on
@@ -59,29 +62,33 @@ def mkl_packing_available() -> bool:
 class PackedLinear:
     """y = x @ W^T + b in one of WEIGHT_FORMATS (module docstring); returns the model's dtype.
 
-    w (out, in) is the (folded) dense matrix for the dense formats; for the block formats `blocks`
-    holds W and in_scale (in,) / out_scale (out,) the factors applied to x / y around it.
+    w (out, in) is the (folded) dense matrix for the dense formats; for the block formats `parts` hold W
+    (row parts stacked top to bottom, each GGMLBlocks in its own type; `blocks` is the one part when there
+    is one, else None) and in_scale (in,) / out_scale (out,) the factors applied to x / y around it.
     """
 
     def __init__(self, w: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype, quant: str | None,
-                 blocks: GGMLBlocks | None = None, in_scale: torch.Tensor | None = None,
+                 blocks: GGMLBlocks | tuple[GGMLBlocks, ...] | None = None, in_scale: torch.Tensor | None = None,
                  out_scale: torch.Tensor | None = None) -> None:
-        self.dtype, self.quant, self.blocks = dtype, quant, blocks
+        self.parts: tuple[GGMLBlocks, ...] = (blocks,) if isinstance(blocks, GGMLBlocks) else tuple(blocks or ())
+        self.blocks = self.parts[0] if len(self.parts) == 1 else None
+        self.dtype, self.quant = dtype, quant
         self.bias = None if bias is None else bias.to(dtype)
         self.in_scale, self.out_scale = in_scale, out_scale
         self.wt: torch.Tensor | None = None
         self.mkl: tuple[int, torch.Tensor] | None = None  # (batch size, MKL-packed W)
-        stored = w if w is not None else blocks.data if blocks is not None else None
+        stored = w if w is not None else self.parts[0].data if self.parts else None
         on_cpu = stored is None or stored.device.type == "cpu"  # the C++ kernels read CPU memory only
         self.native = ops.native_kernels() if on_cpu else None
         self.fallback: torch.Tensor | None = None  # dequantized fp32 W when the kernels are missing
         self.a8: object | None = None  # the kernels' Linear holding the repacked A8 blocks (made on first use)
+        self.kernel: object | None = None  # the kernels' Linear over the parts (made on first use)
         if quant == "int8":
             self.q, scale = quantize_int8(w.float())
             self.scale = scale.to(torch.bfloat16)
-        elif blocks is not None:
-            if self.native is None:
-                self.fallback = dequantize_blocks(blocks)
+        elif self.parts:
+            if self.native is None or not all(ops.fits(p) for p in self.parts):
+                self.fallback = self.dequantized_parts()
         elif quant == "bf16":
             self.w = w.to(torch.bfloat16).contiguous()  # (out, in)
             if self.native is None:
@@ -125,8 +132,10 @@ class PackedLinear:
             if self.a8 is None:
                 self.a8 = ops.a8_linear(self.native, self.blocks)
             y = self.a8.forward(x)
-        elif self.blocks is not None:
-            y = ops.linear_blocks(self.native, x, self.blocks)
+        elif self.parts:
+            if self.kernel is None:
+                self.kernel = ops.block_linear(self.native, self.parts)
+            y = self.kernel.forward(x)
         else:
             y = self.native.linear_bf16(x, self.w)
         return y if self.out_scale is None else y * self.out_scale
@@ -150,33 +159,56 @@ class PackedLinear:
             y = (self.w @ x.t()).t()  # (out, in) @ (in, B) -> (B, out)
         return y if self.bias is None else y + self.bias
 
+    def dequantized_parts(self) -> torch.Tensor:
+        """The block parts' fp32 values stacked, W (out, in), no scales."""
+        return torch.cat([dequantize_blocks(p) for p in self.parts])
+
     def dequantized(self) -> torch.Tensor:
         """The dense matrix this computes with, W (out, in) fp32 (q * s for int8; scales folded in).
         (An A8 format applies it to round_act(x * in_scale), so there it is not the whole function.)"""
         if self.quant == "int8":
             return self.q.float() * self.scale.float()[:, None]
-        w = dequantize_blocks(self.blocks) if self.blocks is not None else self.w.float()
+        w = self.dequantized_parts() if self.parts else self.w.float()
         if self.in_scale is not None:
             w = w * self.in_scale[None, :]
         return w if self.out_scale is None else w * self.out_scale[:, None]
 
 
-def stacked_blocks(linears: list[torch.nn.Module], quant: str, source: BlockSource | None) -> GGMLBlocks | None:
-    """[W_1; W_2; ...] as one block matrix (rows are independent, so stacking is exact), or None.
-
-    q8_0/q4_1 (and their A8 formats): each part's own blocks of that type, else quantized from its fp32 weight.
-    gguf: the parts' own blocks if all have one kernel type, else None (the caller keeps fp32).
-    """
+def own_parts(linears: list[torch.nn.Module], source: BlockSource | None) -> tuple[GGMLBlocks, ...] | None:
+    """The "gguf" format's [W_1; W_2; ...]: each linear's own blocks (an F32 part of its weight where it has
+    none), neighbours of one type merged into one part; None when no linear has blocks or one does not fit
+    its type's kernel (the caller then keeps the fp32 matrix)."""
     own = [source(lin.weight) if source is not None else None for lin in linears]
-    if quant == "gguf":
-        types = {b.ggml_type if b is not None else None for b in own}
-        if len(types) != 1 or next(iter(types)) not in KERNEL_TYPES:
+    if all(b is None for b in own):
+        return None
+    parts: list[GGMLBlocks] = []
+    for b, lin in zip(own, linears):
+        if b is None:
+            w = lin.weight.detach().float().contiguous()
+            b = GGMLBlocks("F32", w.view(torch.uint8), (w.shape[0], w.shape[1]))
+        if b.ggml_type not in KERNEL_TYPES or b.shape[1] % ops.k_multiple(b.ggml_type):
             return None
-        parts = own
-    else:
-        ggml_type = QUANTIZERS[A8_FORMATS.get(quant, quant)]
-        parts = [b if b is not None and b.ggml_type == ggml_type else quantize_blocks(lin.weight.detach().float(), ggml_type)
-                 for b, lin in zip(own, linears)]
+        if parts and parts[-1].ggml_type == b.ggml_type:
+            data = torch.cat([parts[-1].data, b.data])
+            b = GGMLBlocks(b.ggml_type, data, (data.shape[0], b.shape[1]))
+            parts.pop()
+        parts.append(b)
+    return tuple(parts)
+
+
+def stacked_blocks(linears: list[torch.nn.Module], quant: str,
+                   source: BlockSource | None) -> GGMLBlocks | tuple[GGMLBlocks, ...] | None:
+    """[W_1; W_2; ...] as block matrices (rows are independent, so stacking is exact), or None.
+
+    q8_0/q4_1 (and their A8 formats): one matrix, each part's own blocks of that type, else quantized from
+    its fp32 weight. gguf: own_parts (every type, parts kept in their own types).
+    """
+    if quant == "gguf":
+        return own_parts(linears, source)
+    ggml = QUANTIZERS[A8_FORMATS.get(quant, quant)]
+    own = [source(lin.weight) if source is not None else None for lin in linears]
+    parts = [b if b is not None and b.ggml_type == ggml else quantize_blocks(lin.weight.detach().float(), ggml)
+             for b, lin in zip(own, linears)]
     data = torch.cat([b.data for b in parts])
     return GGMLBlocks(parts[0].ggml_type, data.contiguous(), (data.shape[0], parts[0].shape[1]))
 

@@ -6,7 +6,8 @@ inner loops where the CPU has them, a portable loop otherwise). The build lands 
 cache (`TORCH_EXTENSIONS_DIR`, default ~/.cache/torch_extensions) under a name that hashes the sources,
 the flags and the CPU, so later processes load it in well under a second and a changed source or
 another CPU gets its own build. Set `SCRATCHLM_KERNELS=0` to never build or use them: every caller
-then takes its pure-torch path (same math, see kernels/ops.py).
+then takes its pure-torch path (same math, see kernels/ops.py). `SCRATCHLM_KERNELS_PORTABLE=1` builds the
+portable inner loops even where the CPU has AVX2 / AVX-512 (csrc/simd.h), to test them on any machine.
 """
 
 from __future__ import annotations
@@ -24,8 +25,14 @@ from collections.abc import Iterator
 from types import ModuleType
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("module.cpp",)  # includes the headers (gemv.h, gemv_a8.h, matrix_ref.h, linear.h, llama_step.h)
+SOURCES = ("module.cpp",)  # includes the headers (simd.h, blocks.h, gemv.h, gemv_a8.h, matrix_ref.h, linear.h, llama_step.h)
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off")
+
+
+def cflags() -> tuple[str, ...]:
+    """The compiler flags: CFLAGS, plus -DSCRATCHLM_PORTABLE when SCRATCHLM_KERNELS_PORTABLE=1."""
+    portable = os.environ.get("SCRATCHLM_KERNELS_PORTABLE", "0").strip().lower() in ("1", "true", "on", "yes")
+    return CFLAGS + (("-DSCRATCHLM_PORTABLE",) if portable else ())
 
 
 def disabled() -> bool:
@@ -48,7 +55,7 @@ def build_name() -> str:
     h = hashlib.sha256()
     for path in sorted(CSRC.iterdir()):
         h.update(path.name.encode() + path.read_bytes())
-    h.update(" ".join(CFLAGS).encode())
+    h.update(" ".join(cflags()).encode())
     h.update(cpu_signature().encode())
     return "scratchlm_kernels_" + h.hexdigest()[:12]
 
@@ -83,7 +90,7 @@ def native() -> ModuleType | None:
 
         name = build_name()
         with build_lock(Path(_get_build_directory(name, False))):
-            return load(name=name, sources=[str(CSRC / s) for s in SOURCES], extra_cflags=list(CFLAGS),
+            return load(name=name, sources=[str(CSRC / s) for s in SOURCES], extra_cflags=list(cflags()),
                         extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as exc:  # a missing compiler/ninja/headers: fall back to torch, say so once
         warnings.warn(f"scratchlm: native decode kernels unavailable ({type(exc).__name__}: {exc}); "

@@ -2,6 +2,8 @@
 
 `native_kernels()` is the compiled module or None; callers keep a torch fallback for None (same math:
 F.linear on the dequantized fp32 matrix). The kernels take contiguous fp32 x and return fp32.
+Every ggml block type quant/dequantize.py reads has an exact kernel (fp32 x times the block widened
+exactly, kernels/csrc/blocks.h); Q8_0 and Q4_1 also have the 8-bit-activation ("A8") kernels.
 """
 
 from __future__ import annotations
@@ -12,9 +14,14 @@ import torch
 
 from scratchlm.kernels.build import native
 from scratchlm.quant.blocks import GGMLBlocks
+from scratchlm.quant.ggml_types import ggml_type
 
-
-FORMAT_CODES = {"F32": 0, "BF16": 1, "Q8_0": 2, "Q4_1": 3, "Q8_0_A8": 4, "Q4_1_A8": 5}  # matrix_ref.h's Format
+# matrix_ref.h's Format
+FORMAT_CODES = {"F32": 0, "BF16": 1, "Q8_0": 2, "Q4_1": 3, "Q8_0_A8": 4, "Q4_1_A8": 5, "F16": 6, "Q4_0": 7,
+                "Q5_0": 8, "Q5_1": 9, "IQ4_NL": 10, "Q2_K": 11, "Q3_K": 12, "Q4_K": 13, "Q5_K": 14, "Q6_K": 15,
+                "IQ4_XS": 16}
+A8_TYPES = ("Q8_0", "Q4_1")  # the block types with 8-bit-activation kernels
+DENSE_K_MULTIPLE = 16  # F32 / F16 / BF16 rows are read 16 values at a time
 
 
 def native_kernels() -> ModuleType | None:
@@ -22,21 +29,56 @@ def native_kernels() -> ModuleType | None:
     return native()
 
 
+def k_multiple(type_name: str) -> int:
+    """The row length K must be a multiple of this for the type's exact kernel (16, 32 or 256)."""
+    block = ggml_type(type_name).block_size
+    return DENSE_K_MULTIPLE if block == 1 else block
+
+
+def fits(blocks: GGMLBlocks) -> bool:
+    """True when the exact kernel reads this matrix (its row length fits the type's kernel)."""
+    return blocks.ggml_type in FORMAT_CODES and blocks.shape[1] % k_multiple(blocks.ggml_type) == 0
+
+
+def check_fits(blocks: GGMLBlocks) -> None:
+    if not fits(blocks):
+        raise ValueError(f"no decode kernel for a {blocks.ggml_type!r} matrix of shape {blocks.shape}: its rows "
+                         f"must be a multiple of {k_multiple(blocks.ggml_type)} values")
+
+
 def linear_blocks(mod: ModuleType, x: torch.Tensor, blocks: GGMLBlocks) -> torch.Tensor:
-    """x (B, K) fp32 @ (Q8_0 | Q4_1 blocks of an (N, K) matrix)^T -> (B, N) fp32, w dequantized exactly."""
+    """x (B, K) fp32 @ (blocks of an (N, K) matrix, any ggml type)^T -> (B, N) fp32, w widened exactly."""
+    check_fits(blocks)
     n, k = blocks.shape
-    if blocks.ggml_type == "Q4_1":
-        return mod.linear_q4_1(x, blocks.data, n, k)
-    if blocks.ggml_type == "Q8_0":
-        return mod.linear_q8_0(x, blocks.data, n, k)
-    raise ValueError(f"no decode kernel for ggml type {blocks.ggml_type!r}; kernels read Q8_0 and Q4_1")
+    return mod.linear_blocks(x, blocks.data, n, k, FORMAT_CODES[blocks.ggml_type])
+
+
+def dequantize(mod: ModuleType, blocks: GGMLBlocks) -> torch.Tensor:
+    """The (N, K) fp32 values the kernels multiply by (their own widening of the blocks; block types only)."""
+    check_fits(blocks)
+    n, k = blocks.shape
+    return mod.dequantize(blocks.data, n, k, FORMAT_CODES[blocks.ggml_type])
+
+
+def block_linear(mod: ModuleType, parts: tuple[GGMLBlocks, ...] | list[GGMLBlocks],
+                 in_scale: torch.Tensor | None = None, out_scale: torch.Tensor | None = None,
+                 bias: torch.Tensor | None = None) -> object:
+    """The kernels' `Linear` over row parts stacked top to bottom, each in its own type (csrc/linear.h):
+    `.forward(x)` = ((x * in_scale) @ [W_1; W_2; ...]^T) * out_scale + bias, every W_i widened exactly."""
+    for p in parts:
+        check_fits(p)
+    k = parts[0].shape[1]
+    if any(p.shape[1] != k for p in parts):
+        raise ValueError(f"stacked parts need one row length, got {[p.shape for p in parts]}")
+    return mod.Linear([FORMAT_CODES[p.ggml_type] for p in parts], [p.data for p in parts],
+                      [p.shape[0] for p in parts], k, in_scale, out_scale, bias)
 
 
 def a8_linear(mod: ModuleType, blocks: GGMLBlocks, in_scale: torch.Tensor | None = None,
               out_scale: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> object:
     """The kernels' `Linear` for Q8_0 / Q4_1 blocks in their A8 format (repacked once, see gemv_a8.h):
     `.forward(x)` = (round_act(x * in_scale) @ W^T) * out_scale + bias, quant/act_quant.py's function."""
-    if blocks.ggml_type not in ("Q8_0", "Q4_1"):
+    if blocks.ggml_type not in A8_TYPES:
         raise ValueError(f"no 8-bit-activation kernel for ggml type {blocks.ggml_type!r}; kernels read Q8_0 and Q4_1")
     n, k = blocks.shape
-    return mod.Linear(FORMAT_CODES[blocks.ggml_type + "_A8"], blocks.data, n, k, in_scale, out_scale, bias)
+    return mod.Linear([FORMAT_CODES[blocks.ggml_type + "_A8"]], [blocks.data], [n], k, in_scale, out_scale, bias)

@@ -226,12 +226,12 @@ def dequantize(data: Tensor, type_name: str, shape: tuple[int, ...] | list[int])
     return DEQUANTIZE_BLOCKS[t.name](blocks).reshape(shape)
 
 
-KERNEL_TYPES = ("Q8_0", "Q4_1")  # the block types the decode kernels read
+KERNEL_TYPES = tuple(DEQUANTIZE_BLOCKS)  # the decode kernels read every type (kernels/csrc/blocks.h)
 
 
 def dequantize_blocks(b: GGMLBlocks) -> Tensor:
-    """Blocks -> the fp32 (N, K) matrix they encode (Q8_0: d * q; Q4_1: fl(d * q + m), one rounding): the
-    values the decode kernels use."""
+    """Blocks -> the fp32 (N, K) matrix they encode (e.g. Q8_0: d * q; Q4_1: fl(d * q + m), one rounding;
+    the formulas above): the values the decode kernels use, bit for bit."""
     if b.ggml_type not in KERNEL_TYPES:
-        raise ValueError(f"the decode kernels read Q8_0 and Q4_1 blocks, got {b.ggml_type!r}")
+        raise ValueError(f"the decode kernels read {', '.join(KERNEL_TYPES)} blocks, got {b.ggml_type!r}")
     return dequantize(b.data, b.ggml_type, b.shape)

@@ -1,7 +1,9 @@
-// `Linear`: one weight matrix in a matrix_ref.h Format plus the vectors around it, owning its tensors:
+// `Linear`: one weight matrix plus the vectors around it, owning its tensors:
 //   y = ((x * in_scale) W^T) * out_scale + bias          (each factor optional)
-// exactly as the Python PackedLinear it mirrors. The A8 formats take the ggml blocks (Q8_0 / Q4_1) and
-// repack them once here into gemv_a8.h's 16-row-interleaved layout.
+// exactly as the Python PackedLinear it mirrors. W is one or more parts stacked by rows, each in its own
+// matrix_ref.h Format (a GGUF's q, k, v may be Q4_K, Q4_K, Q6_K: rows are independent, so each part runs
+// its own kernel into its rows of y). The A8 formats take the ggml blocks (Q8_0 / Q4_1) and repack them
+// once here into gemv_a8.h's 16-row-interleaved layout (one part only).
 
 #pragma once
 
@@ -17,29 +19,54 @@ namespace scratchlm {
 inline const float* opt_ptr(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
 struct Linear {
-  torch::Tensor w, scales, in_scale, out_scale, bias;  // kept alive here; undefined when absent
-  MatrixRef ref;
+  std::vector<torch::Tensor> ws, scales;               // each part's weights (and A8 scales), kept alive here
+  torch::Tensor in_scale, out_scale, bias;             // undefined when absent
+  std::vector<MatrixRef> parts;                        // rows [start_i, start_i + N_i) of W
+  std::vector<int64_t> starts;
+  int64_t N = 0, K = 0;
 
-  Linear(int format, torch::Tensor w_, int64_t N, int64_t K, std::optional<torch::Tensor> in,
-         std::optional<torch::Tensor> out, std::optional<torch::Tensor> b)
-      : w(w_.contiguous()), in_scale(vec(in, K)), out_scale(vec(out, N)), bias(vec(b, N)) {
-    TORCH_CHECK(format >= F32 && format <= Q4_1_A8, "unknown weight format code ", format);
+  // formats[i], ws[i] (N_i rows): the parts top to bottom; K the common row length.
+  Linear(std::vector<int> formats, std::vector<torch::Tensor> ws_, std::vector<int64_t> rows, int64_t K_,
+         std::optional<torch::Tensor> in, std::optional<torch::Tensor> out, std::optional<torch::Tensor> b)
+      : K(K_) {
+    TORCH_CHECK(!formats.empty() && formats.size() == ws_.size() && formats.size() == rows.size(),
+                "one format, weight tensor and row count per part");
+    for (int64_t n : rows) N += n;
+    in_scale = vec(in, K), out_scale = vec(out, N), bias = vec(b, N);
+    int64_t start = 0;
+    for (size_t i = 0; i < formats.size(); ++i) {
+      TORCH_CHECK(!is_a8(formats[i]) || formats.size() == 1, "an A8 format is a whole matrix, not a part");
+      add_part(formats[i], ws_[i].contiguous(), rows[i], start);
+      start += rows[i];
+    }
+  }
+
+  void add_part(int format, torch::Tensor w, int64_t rows, int64_t start) {
+    TORCH_CHECK(format >= F32 && format < FORMAT_END, "unknown weight format code ", format);
     TORCH_CHECK(w.device().is_cpu(), "the decode kernels run on CPU tensors");
-    TORCH_CHECK(K % (format == F32 || format == BF16 ? 16 : QK) == 0, "K = ", K, " is not a multiple of the format's block");
+    int64_t qk, bytes;
+    block_shape(format, qk, bytes);
+    TORCH_CHECK(K % qk == 0, "K = ", K, " is not a multiple of the format's block (", qk, " values)");
     const int stored = format == Q8_0_A8 ? Q8_0 : (format == Q4_1_A8 ? Q4_1 : format);  // what w holds
-    const MatrixRef given{stored, w.data_ptr(), N, K, nullptr, nullptr};
-    TORCH_CHECK(w.numel() * w.element_size() == N * given.row_bytes(), "weight bytes do not match (", N, ", ", K, ")");
+    const MatrixRef given{stored, w.data_ptr(), rows, K, nullptr, nullptr};
+    TORCH_CHECK(w.numel() * w.element_size() == rows * given.row_bytes(), "weight bytes do not match (", rows,
+                ", ", K, ")");
+    torch::Tensor s;
     if (is_a8(format)) {
       const bool q4 = format == Q4_1_A8;
       TORCH_CHECK(w.scalar_type() == torch::kUInt8, "ggml blocks must be uint8 bytes, got ", w.scalar_type());
-      auto packed = torch::empty({a8_weight_bytes(q4, N, K)}, w.options());
-      scales = torch::empty({a8_scale_count(q4, N, K)}, w.options().dtype(torch::kInt16));
-      pack_a8(q4, w.data_ptr<uint8_t>(), N, K, packed.data_ptr<uint8_t>(),
-              reinterpret_cast<uint16_t*>(scales.data_ptr<int16_t>()));
+      auto packed = torch::empty({a8_weight_bytes(q4, rows, K)}, w.options());
+      s = torch::empty({a8_scale_count(q4, rows, K)}, w.options().dtype(torch::kInt16));
+      pack_a8(q4, w.data_ptr<uint8_t>(), rows, K, packed.data_ptr<uint8_t>(),
+              reinterpret_cast<uint16_t*>(s.data_ptr<int16_t>()));
       w = packed;
     }
-    ref = MatrixRef{format, w.data_ptr(), N, K, opt_ptr(out_scale), opt_ptr(bias),
-                    scales.defined() ? reinterpret_cast<const uint16_t*>(scales.data_ptr<int16_t>()) : nullptr};
+    const float* os = opt_ptr(out_scale);
+    const float* bs = opt_ptr(bias);
+    parts.push_back(MatrixRef{format, w.data_ptr(), rows, K, os ? os + start : nullptr, bs ? bs + start : nullptr,
+                              s.defined() ? reinterpret_cast<const uint16_t*>(s.data_ptr<int16_t>()) : nullptr, N});
+    starts.push_back(start);
+    ws.push_back(w), scales.push_back(s);
   }
 
   static torch::Tensor vec(const std::optional<torch::Tensor>& t, int64_t n) {
@@ -48,23 +75,37 @@ struct Linear {
     return t->to(torch::kFloat32).contiguous();
   }
 
+  // Bytes of W (all parts): the grain of the row split.
+  int64_t bytes() const {
+    int64_t total = 0;
+    for (const auto& p : parts) total += p.N * p.row_bytes();
+    return total;
+  }
+
   // y (B, N) = this(x (B, K)) (+ residual (B, N), which must not alias y); scratch holds x * in_scale.
   void apply(const float* x, float* y, int64_t B, const float* residual, std::vector<float>& scratch) const {
     if (in_scale.defined()) {
       const float* g = in_scale.data_ptr<float>();
-      scratch.resize(B * ref.K);
-      for (int64_t i = 0; i < B * ref.K; ++i) scratch[i] = x[i] * g[i % ref.K];
+      scratch.resize(B * K);
+      for (int64_t i = 0; i < B * K; ++i) scratch[i] = x[i] * g[i % K];
       x = scratch.data();
     }
-    ref.matvec(x, y, B, residual);
+    if (parts.size() == 1) return parts[0].matvec(x, y, B, residual);
+    // one parallel region over all rows: each thread runs the parts its rows fall in
+    at::parallel_for(0, N, grain(bytes() / std::max<int64_t>(N, 1)), [&](int64_t n0, int64_t n1) {
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const int64_t s = starts[i], lo = std::max(n0, s), hi = std::min(n1, s + parts[i].N);
+        if (lo < hi) parts[i].range(x, y + s, B, residual ? residual + s : nullptr, lo - s, hi - s);
+      }
+    });
   }
 
   // x (B, K) fp32 CPU -> y (B, N) fp32: this linear on its own (PackedLinear's kernel call, tests).
   torch::Tensor forward(const torch::Tensor& x) const {
-    TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && x.dim() == 2 && x.size(1) == ref.K,
-                "x must be an fp32 CPU tensor (B, ", ref.K, "), got ", x.scalar_type(), " ", x.sizes());
+    TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && x.dim() == 2 && x.size(1) == K,
+                "x must be an fp32 CPU tensor (B, ", K, "), got ", x.scalar_type(), " ", x.sizes());
     auto xc = x.contiguous();
-    auto y = torch::empty({x.size(0), ref.N}, x.options());
+    auto y = torch::empty({x.size(0), N}, x.options());
     std::vector<float> scratch;
     apply(xc.data_ptr<float>(), y.data_ptr<float>(), x.size(0), nullptr, scratch);
     return y;

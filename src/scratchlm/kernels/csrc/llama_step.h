@@ -23,20 +23,17 @@
 
 namespace scratchlm {
 
-// a . b over n floats (16-lane partial sums where the kernels have AVX-512: a scalar fp32 loop is one
-// long dependency chain the compiler may not reorder).
+// a . b over n floats (16-lane partial sums, simd.h: a scalar fp32 loop is one long dependency chain the
+// compiler may not reorder).
 inline float dot_product(const float* a, const float* b, int64_t n) {
   int64_t j = 0;
-  float tail = 0.f;
-#ifdef SCRATCHLM_AVX512
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  VF acc0 = vzero(), acc1 = vzero();
   for (; j + 32 <= n; j += 32) {
-    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j + 16), _mm512_loadu_ps(b + j + 16), acc1);
+    acc0 = vfma(vload(a + j), vload(b + j), acc0);
+    acc1 = vfma(vload(a + j + 16), vload(b + j + 16), acc1);
   }
-  for (; j + 16 <= n; j += 16) acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j), acc0);
-  tail = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
-#endif
+  for (; j + 16 <= n; j += 16) acc0 = vfma(vload(a + j), vload(b + j), acc0);
+  float tail = vsum(vadd(acc0, acc1));
   for (; j < n; ++j) tail += a[j] * b[j];
   return tail;
 }
@@ -161,7 +158,7 @@ struct LlamaStep {
       lay[1].apply(att.data(), x2.data(), B, x.data(), scratch);
       std::swap(x, x2);
       rms(x.data(), xn.data(), B, D);
-      const int64_t F2 = lay[2].ref.N, F = F2 / 2;
+      const int64_t F2 = lay[2].N, F = F2 / 2;
       std::vector<float> gu(B * F2), act(B * F);
       lay[2].apply(xn.data(), gu.data(), B, nullptr, scratch);
       for (int64_t b = 0; b < B; ++b) {
@@ -174,7 +171,7 @@ struct LlamaStep {
       std::swap(x, x2);
     }
     rms(x.data(), xn.data(), B, D);
-    auto logits = torch::empty({B, head.ref.N}, embed.options());
+    auto logits = torch::empty({B, head.N}, embed.options());
     head.apply(xn.data(), logits.data_ptr<float>(), B, nullptr, scratch);
     return logits;
   }

@@ -1,6 +1,6 @@
 // One weight matrix W (N, K) in a Format, as raw bytes, and the GEMV around it:
 //   y[b, n] = (x[b] . W[n]) * out_scale[n] + bias[n] (+ residual[b, n]); optional pointers may be null.
-// F32 / BF16 / Q8_0 / Q4_1: fp32 x against exactly the dequantized W (gemv.h).
+// F32 / BF16 / F16 and every ggml block type: fp32 x against exactly the dequantized W (gemv.h).
 // Q8_0_A8 / Q4_1_A8: x quantized to 8 bits per 32-block first, integer dot products (gemv_a8.h); `data`
 // then points at the repacked weights and `aux` at their fp16 scales.
 // Rows (groups of 16 rows for the A8 formats) are split over torch's intra-op threads (at::parallel_for).
@@ -21,9 +21,43 @@ namespace scratchlm {
 // only happens on matrices where it pays.
 inline int64_t grain(int64_t row_bytes) { return std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(row_bytes, 1)); }
 
-enum Format : int { F32 = 0, BF16 = 1, Q8_0 = 2, Q4_1 = 3, Q8_0_A8 = 4, Q4_1_A8 = 5 };
+// The codes are ops.py's FORMAT_CODES.
+enum Format : int {
+  F32 = 0, BF16 = 1, Q8_0 = 2, Q4_1 = 3, Q8_0_A8 = 4, Q4_1_A8 = 5, F16 = 6, Q4_0 = 7, Q5_0 = 8, Q5_1 = 9,
+  IQ4_NL = 10, Q2_K = 11, Q3_K = 12, Q4_K = 13, Q5_K = 14, Q6_K = 15, IQ4_XS = 16, FORMAT_END = 17
+};
 
 inline bool is_a8(int format) { return format == Q8_0_A8 || format == Q4_1_A8; }
+inline bool is_dense(int format) { return format == F32 || format == BF16 || format == F16; }
+
+// fn(Block{}) for a block format (the A8 formats: the ggml blocks they are made from); false for a dense one.
+template <typename Fn>
+bool visit_blocks(int format, Fn&& fn) {
+  switch (format) {
+    case Q8_0: case Q8_0_A8: fn(Q8_0Block{}); return true;
+    case Q4_1: case Q4_1_A8: fn(Q4_1Block{}); return true;
+    case Q4_0: fn(Q4_0Block{}); return true;
+    case Q5_0: fn(Q5_0Block{}); return true;
+    case Q5_1: fn(Q5_1Block{}); return true;
+    case IQ4_NL: fn(IQ4_NLBlock{}); return true;
+    case Q2_K: fn(Q2_KBlock{}); return true;
+    case Q3_K: fn(Q3_KBlock{}); return true;
+    case Q4_K: fn(Q4_KBlock{}); return true;
+    case Q5_K: fn(Q5_KBlock{}); return true;
+    case Q6_K: fn(Q6_KBlock{}); return true;
+    case IQ4_XS: fn(IQ4_XSBlock{}); return true;
+    default: return false;
+  }
+}
+
+// (values per block, bytes per block) of a format; dense formats: (16, 16 values' bytes), the K they read at once.
+inline void block_shape(int format, int64_t& qk, int64_t& bytes) {
+  if (is_dense(format)) {
+    qk = 16, bytes = format == F32 ? 64 : 32;
+    return;
+  }
+  visit_blocks(format, [&](auto blk) { qk = decltype(blk)::QK, bytes = decltype(blk)::BYTES; });
+}
 
 struct MatrixRef {
   int format;
@@ -32,35 +66,39 @@ struct MatrixRef {
   const float* out_scale;
   const float* bias;
   const uint16_t* aux = nullptr;  // A8 formats: the fp16 scales
+  int64_t ld = 0;                 // row stride of y and residual (0: N); a part of a taller matrix has more
+
+  int64_t ldy() const { return ld ? ld : N; }
 
   // Bytes of one row in the format's storage (for the A8 formats: its share of a 16-row group).
   int64_t row_bytes() const {
-    switch (format) {
-      case F32: return K * 4;
-      case BF16: return K * 2;
-      case Q8_0: case Q8_0_A8: return (K / QK) * Q8_0_BYTES;
-      default: return (K / QK) * Q4_1_BYTES;
-    }
+    int64_t qk, bytes;
+    block_shape(format, qk, bytes);
+    return K / qk * bytes;
   }
 
   float finish(float v, int64_t b, int64_t n, const float* residual) const {
     if (out_scale) v *= out_scale[n];
     if (bias) v += bias[n];
-    if (residual) v += residual[b * N + n];
+    if (residual) v += residual[b * ldy() + n];
     return v;
   }
 
-  // y (B, N) row-major; x (B, K) row-major fp32; residual (B, N) or null (may alias y).
+  // y (B, ldy) row-major; x (B, K) row-major fp32; residual (B, ldy) or null (may alias y).
   void matvec(const float* x, float* y, int64_t B, const float* residual) const {
     if (is_a8(format)) return matvec_a8(x, y, B, residual);
-    at::parallel_for(0, N, grain(row_bytes()), [&](int64_t n0, int64_t n1) {
-      for (int64_t b0 = 0; b0 < B; b0 += BATCH_TILE) {
-        const int64_t nb = std::min(BATCH_TILE, B - b0);
-        rows(x, y, b0, nb, n0, n1);
-        for (int64_t b = b0; b < b0 + nb; ++b)
-          for (int64_t n = n0; n < n1; ++n) y[b * N + n] = finish(y[b * N + n], b, n, residual);
-      }
-    });
+    at::parallel_for(0, N, grain(row_bytes()), [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1); });
+  }
+
+  // Rows [n0, n1) of y on this thread (not the A8 formats).
+  void range(const float* x, float* y, int64_t B, const float* residual, int64_t n0, int64_t n1) const {
+    const int64_t L = ldy();
+    for (int64_t b0 = 0; b0 < B; b0 += BATCH_TILE) {
+      const int64_t nb = std::min(BATCH_TILE, B - b0);
+      rows(x, y, b0, nb, n0, n1);
+      for (int64_t b = b0; b < b0 + nb; ++b)
+        for (int64_t n = n0; n < n1; ++n) y[b * L + n] = finish(y[b * L + n], b, n, residual);
+    }
   }
 
   void matvec_a8(const float* x, float* y, int64_t B, const float* residual) const {
@@ -68,7 +106,7 @@ struct MatrixRef {
     quantize_rows(x, B, K, a);
     const bool q4 = format == Q4_1_A8;
     const auto* w = static_cast<const uint8_t*>(data);
-    const int64_t groups = (N + GROUP - 1) / GROUP;
+    const int64_t groups = (N + GROUP - 1) / GROUP, L = ldy();
     at::parallel_for(0, groups, grain(GROUP * row_bytes()), [&](int64_t g0, int64_t g1) {
       float out[BATCH_TILE][GROUP];
       for (int64_t g = g0; g < g1; ++g) {
@@ -79,7 +117,7 @@ struct MatrixRef {
           for (int64_t b = 0; b < nb; ++b)
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t n = g * GROUP + r;
-              y[(b0 + b) * N + n] = finish(out[b][r], b0 + b, n, residual);
+              y[(b0 + b) * L + n] = finish(out[b][r], b0 + b, n, residual);
             }
         }
       }
@@ -88,12 +126,19 @@ struct MatrixRef {
 
   void rows(const float* x, float* y, int64_t b0, int64_t nb, int64_t n0, int64_t n1) const {
     const auto* bytes = static_cast<const uint8_t*>(data);
+    const int64_t L = ldy();
     switch (format) {
-      case F32: dense_rows<float>(x, static_cast<const float*>(data), y, K, N, b0, nb, n0, n1); break;
-      case BF16: dense_rows<uint16_t>(x, static_cast<const uint16_t*>(data), y, K, N, b0, nb, n0, n1); break;
-      case Q8_0: block_rows<Q8_0Block>(x, bytes, y, K, N, b0, nb, n0, n1); break;
-      default: block_rows<Q4_1Block>(x, bytes, y, K, N, b0, nb, n0, n1); break;
+      case F32: return dense_rows<F32Dense>(x, bytes, y, K, L, b0, nb, n0, n1);
+      case BF16: return dense_rows<BF16Dense>(x, bytes, y, K, L, b0, nb, n0, n1);
+      case F16: return dense_rows<F16Dense>(x, bytes, y, K, L, b0, nb, n0, n1);
+      default:
+        visit_blocks(format, [&](auto blk) { block_rows<decltype(blk)>(x, bytes, y, K, L, b0, nb, n0, n1); });
     }
+  }
+
+  // W's fp32 values (N, K) through the kernels' widening (block formats only).
+  void dequantize(float* out) const {
+    visit_blocks(format, [&](auto blk) { block_dequant<decltype(blk)>(static_cast<const uint8_t*>(data), N, K, out); });
   }
 };
 

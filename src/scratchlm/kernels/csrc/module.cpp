@@ -22,12 +22,30 @@ torch::Tensor apply(const MatrixRef& w, const torch::Tensor& x) {
   return y;
 }
 
-torch::Tensor linear_blocks(const torch::Tensor& x, const torch::Tensor& w, int64_t N, int64_t K, int format) {
-  TORCH_CHECK(K % scratchlm::QK == 0, "K = ", K, " is not a multiple of the block size 32");
+// w: the matrix's bytes in `format` (ggml blocks as uint8, or a dense tensor), N rows of K values.
+MatrixRef matrix(const torch::Tensor& w, int64_t N, int64_t K, int format) {
+  TORCH_CHECK(format >= 0 && format < scratchlm::FORMAT_END && !scratchlm::is_a8(format), "not a plain weight format: ",
+              format);
+  int64_t qk, bytes;
+  scratchlm::block_shape(format, qk, bytes);
+  TORCH_CHECK(K % qk == 0, "K = ", K, " is not a multiple of the format's block (", qk, " values)");
   MatrixRef m{format, w.data_ptr(), N, K, nullptr, nullptr};
-  TORCH_CHECK(w.scalar_type() == torch::kUInt8 && w.is_contiguous() && w.numel() == N * m.row_bytes(),
-              "blocks must be contiguous uint8 with ", N * m.row_bytes(), " bytes, got ", w.numel());
-  return apply(m, x);
+  TORCH_CHECK(w.device().is_cpu() && w.is_contiguous() && w.numel() * w.element_size() == N * m.row_bytes(),
+              "weights must be contiguous CPU bytes, ", N * m.row_bytes(), " of them, got ", w.numel() * w.element_size());
+  return m;
+}
+
+torch::Tensor linear_blocks(const torch::Tensor& x, const torch::Tensor& w, int64_t N, int64_t K, int64_t format) {
+  return apply(matrix(w, N, K, static_cast<int>(format)), x);
+}
+
+// The block matrix's fp32 values through the kernels' own widening: what every GEMV multiplies by.
+torch::Tensor dequantize(const torch::Tensor& w, int64_t N, int64_t K, int64_t format) {
+  TORCH_CHECK(!scratchlm::is_dense(static_cast<int>(format)), "dequantize reads block formats");
+  const MatrixRef m = matrix(w, N, K, static_cast<int>(format));
+  auto out = torch::empty({N, K}, torch::kFloat32);
+  m.dequantize(out.data_ptr<float>());
+  return out;
 }
 
 torch::Tensor linear_dense(const torch::Tensor& x, const torch::Tensor& w, torch::ScalarType dtype, int format) {
@@ -35,14 +53,6 @@ torch::Tensor linear_dense(const torch::Tensor& x, const torch::Tensor& w, torch
   TORCH_CHECK(w.dim() == 2 && w.is_contiguous(), "w must be a contiguous (N, K) matrix");
   TORCH_CHECK(w.size(1) % 16 == 0, "K = ", w.size(1), " is not a multiple of 16");
   return apply(MatrixRef{format, w.data_ptr(), w.size(0), w.size(1), nullptr, nullptr}, x);
-}
-
-torch::Tensor linear_q4_1(const torch::Tensor& x, const torch::Tensor& w, int64_t N, int64_t K) {
-  return linear_blocks(x, w, N, K, scratchlm::Q4_1);
-}
-
-torch::Tensor linear_q8_0(const torch::Tensor& x, const torch::Tensor& w, int64_t N, int64_t K) {
-  return linear_blocks(x, w, N, K, scratchlm::Q8_0);
 }
 
 torch::Tensor linear_f32(const torch::Tensor& x, const torch::Tensor& w) {
@@ -80,19 +90,30 @@ bool has_avx512() {
 #endif
 }
 
+std::string simd() {
+#if defined(SCRATCHLM_AVX512)
+  return "avx512";
+#elif defined(SCRATCHLM_AVX2)
+  return "avx2";
+#else
+  return "portable";
+#endif
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear_q4_1", &linear_q4_1, "x (B, K) fp32 @ Q4_1 blocks (N, K)^T -> (B, N)");
-  m.def("linear_q8_0", &linear_q8_0, "x (B, K) fp32 @ Q8_0 blocks (N, K)^T -> (B, N)");
+  m.def("linear_blocks", &linear_blocks, "x (B, K) fp32 @ W^T -> (B, N), W (N, K) as bytes in a format code");
+  m.def("dequantize", &dequantize, "block bytes (N rows of K values) in a format code -> fp32 (N, K), the kernels' widening");
   m.def("linear_f32", &linear_f32, "x (B, K) fp32 @ W (N, K) fp32 ^T -> (B, N)");
   m.def("linear_bf16", &linear_bf16, "x (B, K) fp32 @ W (N, K) bf16 ^T -> (B, N)");
   m.def("has_avx512", &has_avx512, "built with the AVX-512 inner loops");
+  m.def("simd", &simd, "the inner loops' instruction set: avx512, avx2 or portable");
   m.def("has_vnni", &has_vnni, "the A8 (8-bit activation) kernels use AVX512-VNNI");
   m.def("quantize_act", &quantize_act, "x (B, K) fp32 -> (q int8, d fp32 per 32-block)");
   pybind11::class_<scratchlm::Linear>(m, "Linear")
-      .def(pybind11::init<int, torch::Tensor, int64_t, int64_t, std::optional<torch::Tensor>,
-                          std::optional<torch::Tensor>, std::optional<torch::Tensor>>())
+      .def(pybind11::init<std::vector<int>, std::vector<torch::Tensor>, std::vector<int64_t>, int64_t,
+                          std::optional<torch::Tensor>, std::optional<torch::Tensor>, std::optional<torch::Tensor>>())
       .def("forward", &scratchlm::Linear::forward, "x (B, K) fp32 -> (B, N) fp32");
   pybind11::class_<scratchlm::LlamaStep>(m, "LlamaStep")
       .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, int64_t, int64_t, int64_t, double, bool,

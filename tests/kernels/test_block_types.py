@@ -1,0 +1,203 @@
+"""The exact decode kernels of every ggml type read the same matrix quant/dequantize.py reads, bit for bit.
+
+Per type (F32, F16, BF16 and every block type of quant/dequantize.py), on random blocks (random bytes, the
+f16 scale fields any finite f16: subnormals, zeros, negatives, up to 65504) and on blocks written by
+llama.cpp's own quantizer (tests/quant/ggml_c_lib.py):
+- the kernels' widening equals dequantize_blocks bit for bit (torch.equal), seen two ways: the debug entry
+  `dequantize` (the same chunk code the GEMVs run) and the GEMV itself on one-hot rows (x = I: y = W^T exactly);
+- the GEMV equals float64 x @ W^T (W = dequantize_blocks) for every batch size 1..8 within the fp32
+  summation bound 1e-6 * max_n sum_k |x_k w_nk| + 1e-7 (as tests/kernels/test_linear_kernels.py);
+- PackedLinear over parts of different types (scales, bias, residual) with and without the compiled
+  kernels (SCRATCHLM_KERNELS=0's path: F.linear on the dequantized parts) is the same function.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from scratchlm.generate import packed_linear
+from scratchlm.generate.packed_linear import PackedLinear
+from scratchlm.kernels import ops
+from scratchlm.kernels.build import native
+from scratchlm.quant.blocks import GGMLBlocks
+from scratchlm.quant.dequantize import KERNEL_TYPES, dequantize_blocks
+from scratchlm.quant.ggml_types import FLOAT_TYPES, GGML
+from tests.quant.ggml_c_lib import quantize as c_quantize
+
+BLOCK_TYPES = [t for t in KERNEL_TYPES if t not in FLOAT_TYPES]
+# byte offsets of each block type's f16 fields (d, and m / dmin where the type has one): ggml-common.h
+F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "IQ4_NL": (0,),
+              "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_XS": (0,)}
+N = 13  # odd: row tiles and a remainder
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    mod = native()
+    if mod is None:
+        pytest.skip("no C++ compiler / SCRATCHLM_KERNELS=0: the pure-torch path is tested below")
+    return mod
+
+
+def width(type_name: str) -> int:
+    """K: two blocks of a K-quant, three 32-blocks, 48 dense values (not a multiple of 32)."""
+    return {1: 48, 32: 96, 256: 512}[GGML[type_name].block_size]
+
+
+def finite_f16(g: torch.Generator, shape: tuple[int, ...]) -> torch.Tensor:
+    """Random f16 bit patterns (uint8 pairs) with the all-ones exponent (inf / NaN) cleared."""
+    bits = torch.randint(0, 1 << 16, shape, generator=g, dtype=torch.int32)
+    bits = torch.where((bits >> 10) & 31 == 31, bits ^ 0x4000, bits)
+    return bits.to(torch.int16).view(torch.uint8).reshape(*shape[:-1], shape[-1] * 2)
+
+
+def random_blocks(type_name: str, n: int, k: int, seed: int = 0) -> GGMLBlocks:
+    """Random bytes in every field, f16 fields finite; dense types: random finite values."""
+    g = torch.Generator().manual_seed(seed)
+    t = GGML[type_name]
+    if type_name == "F32":
+        return GGMLBlocks("F32", (torch.randn(n, k, generator=g) * 10).view(torch.uint8), (n, k))
+    if type_name == "F16":
+        return GGMLBlocks("F16", finite_f16(g, (n, k)), (n, k))
+    if type_name == "BF16":
+        return GGMLBlocks("BF16", (torch.randn(n, k, generator=g) * 10).bfloat16().view(torch.uint8), (n, k))
+    nblk = n * k // t.block_size
+    data = torch.randint(0, 256, (nblk, t.type_size), generator=g, dtype=torch.uint8)
+    for off in F16_FIELDS[type_name]:
+        data[:, off:off + 2] = finite_f16(g, (nblk, 1))
+    return GGMLBlocks(type_name, data.reshape(n, -1).contiguous(), (n, k))
+
+
+def llama_cpp_blocks(type_name: str, n: int, k: int, seed: int = 0) -> GGMLBlocks:
+    """A Gaussian matrix with outliers, quantized by llama.cpp (dense types: converted)."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    w[rng.random(w.shape) < 0.02] *= 8
+    if type_name in FLOAT_TYPES:
+        dtype = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}[type_name]
+        return GGMLBlocks(type_name, torch.from_numpy(w).to(dtype).view(torch.uint8).contiguous(), (n, k))
+    return GGMLBlocks(type_name, torch.from_numpy(c_quantize(w, type_name)), (n, k))
+
+
+SOURCES = {"random": random_blocks, "llama.cpp": llama_cpp_blocks}
+
+
+def tol(x: torch.Tensor, w: torch.Tensor) -> float:
+    """fp32 rounding bound of K-term dot products: 1e-6 * max sum_k |x_k w_nk| + 1e-7 (loose, K-independent)."""
+    return 1e-6 * float((x.abs().double() @ w.abs().double().T).max()) + 1e-7
+
+
+def test_every_dequantized_type_has_a_kernel() -> None:
+    assert set(KERNEL_TYPES) == set(GGML) and set(ops.FORMAT_CODES) >= set(KERNEL_TYPES)
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+@pytest.mark.parametrize("type_name", KERNEL_TYPES)
+def test_kernel_widening_is_dequantize_bit_for_bit(kernels, type_name: str, source: str) -> None:
+    blocks = SOURCES[source](type_name, N, width(type_name))
+    want = dequantize_blocks(blocks)
+    assert bool(torch.isfinite(want).all())
+    if type_name not in FLOAT_TYPES:
+        assert torch.equal(ops.dequantize(kernels, blocks), want)
+    # the GEMV on one-hot rows: y[k, n] = 1 * w[n, k] + zeros, exact
+    assert torch.equal(ops.linear_blocks(kernels, torch.eye(blocks.shape[1]), blocks).T, want)
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
+@pytest.mark.parametrize("type_name", KERNEL_TYPES)
+def test_kernels_equal_linear_on_dequantized(kernels, type_name: str, source: str) -> None:
+    blocks = SOURCES[source](type_name, N, width(type_name), seed=1)
+    w = dequantize_blocks(blocks)
+    g = torch.Generator().manual_seed(2)
+    for b in range(1, 9):  # one, two, three, four rows per tile, and two tiles
+        x = torch.randn(b, blocks.shape[1], generator=g)
+        got = ops.linear_blocks(kernels, x, blocks)
+        assert got.dtype == torch.float32 and got.shape == (b, N)
+        err = float((got.double() - x.double() @ w.double().T).abs().max())
+        assert err <= tol(x, w), (b, err, tol(x, w))
+
+
+def test_k_quants_need_whole_super_blocks(kernels) -> None:
+    short = GGMLBlocks("Q6_K", torch.zeros(4, 34, dtype=torch.uint8), (4, 64))  # 64 values: no whole super-block
+    with pytest.raises(ValueError, match=r"Q6_K.*multiple of 256"):
+        ops.linear_blocks(kernels, torch.randn(1, 64), short)
+    assert not ops.fits(short) and not ops.fits(GGMLBlocks("F16", torch.zeros(2, 40, dtype=torch.uint8), (2, 20)))
+    assert ops.fits(llama_cpp_blocks("Q4_K", 4, 256))
+
+
+def mixed_parts(seed: int = 0) -> tuple[GGMLBlocks, ...]:
+    """Row parts of one 512-wide matrix in five types (as a GGUF's q / k / v ... mix them)."""
+    types = ("Q4_K", "Q6_K", "Q5_0", "F32", "IQ4_XS")
+    return tuple(llama_cpp_blocks(t, 5 + i, 512, seed + i) for i, t in enumerate(types))
+
+
+@pytest.mark.parametrize("native_on", [True, False])
+def test_packed_linear_over_parts_of_every_kind(monkeypatch, native_on: bool) -> None:
+    """Parts in different types, in/out scales, bias, residual: kernels or the pure-torch fallback ==
+    F.linear on the stacked dequantized parts."""
+    if native_on and native() is None:
+        pytest.skip("no native kernels on this machine")
+    if not native_on:
+        monkeypatch.setattr(packed_linear.ops, "native_kernels", lambda: None)
+    parts = mixed_parts()
+    n = sum(p.shape[0] for p in parts)
+    g = torch.Generator().manual_seed(0)
+    bias, in_scale, out_scale = torch.randn(n, generator=g), torch.rand(512, generator=g) + 0.5, torch.rand(n, generator=g) + 0.5
+    lin = PackedLinear(None, bias, torch.float32, "gguf", parts, in_scale, out_scale)
+    assert (lin.native is not None) == native_on and lin.blocks is None and len(lin.parts) == 5
+    w = torch.cat([dequantize_blocks(p) for p in parts])
+    assert torch.equal(lin.dequantized(), w * in_scale[None, :] * out_scale[:, None])
+    for b in (1, 3, 8):
+        x = torch.randn(b, 512, generator=g)
+        ref = (F.linear((x * in_scale).double(), w.double()) * out_scale.double() + bias.double()).float()
+        atol = tol(x * in_scale, w) * float(out_scale.max()) + 1e-6
+        torch.testing.assert_close(lin(x), ref, rtol=0, atol=atol)
+        torch.testing.assert_close(lin.residual(ref, x), ref + ref, rtol=0, atol=2 * atol)
+
+
+def test_kernel_linear_splits_parts_over_threads(kernels) -> None:
+    """A matrix of parts big enough to be split between threads gives the same rows as one thread."""
+    parts = tuple(llama_cpp_blocks(t, 300, 512, i) for i, t in enumerate(("Q4_K", "Q6_K", "Q8_0")))
+    lin = ops.block_linear(kernels, parts)
+    x = torch.randn(2, 512)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = lin.forward(x)
+        torch.set_num_threads(2)
+        two = lin.forward(x)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
+    alone = torch.cat([ops.linear_blocks(kernels, x, p) for p in parts], dim=1)
+    assert torch.equal(one, alone)  # each part's rows: the same kernel, the same sums
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
+
+
+def test_inner_loops_are_the_machines_best(kernels) -> None:
+    """-march=native picks AVX-512 / AVX2 where the CPU has them; SCRATCHLM_KERNELS_PORTABLE=1 the portable loop."""
+    flags = cpu_flags()
+    if os.environ.get("SCRATCHLM_KERNELS_PORTABLE", "0") == "1":
+        want = "portable"
+    elif {"avx512f", "avx512bw"} <= flags:
+        want = "avx512"
+    elif {"avx2", "fma", "f16c"} <= flags:
+        want = "avx2"
+    else:
+        want = "portable"
+    if not flags and want == "portable":
+        pytest.skip("no /proc/cpuinfo: the CPU's features are unknown")
+    assert kernels.simd() == want

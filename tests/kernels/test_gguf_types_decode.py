@@ -1,0 +1,96 @@
+"""decode="fast-gguf" runs a GGUF-like model's own blocks of every type, mixed within one stacked matrix.
+
+The model carries `quantized_weights` written by llama.cpp's quantizer in a different type per matrix (every
+block type and F16 appear; one matrix has no blocks and runs its fp32 weight), its parameters the blocks'
+dequantized values, as load_gguf returns it. References: the C++ LlamaStep against FastDecoder's torch step
+on the same packed parts (tests/kernels/test_native_step.py's `compare`), the engine's fast-gguf decode
+against the model's own forward (greedy tokens equal, logits to fp32 rounding), with and without the
+compiled kernels (the pure-torch fallback: F.linear on the dequantized parts).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scratchlm.config import get_preset
+from scratchlm.generate.fast_decode import FastDecoder
+from scratchlm.kernels import ops
+from scratchlm.kernels.build import native
+from scratchlm.model import TransformerLM
+from scratchlm.quant.blocks import GGMLBlocks
+from scratchlm.quant.dequantize import dequantize_blocks
+from tests.kernels.test_block_decode import assert_decodes_like
+from tests.kernels.test_native_step import compare
+from tests.quant.ggml_c_lib import quantize as c_quantize
+
+# per layer: q, k, v, o, gate, up, down (None: no blocks, the fp32 weight); the tied embedding / head Q6_K
+LAYER_TYPES = [("Q4_K", "Q4_K", "Q6_K", "Q5_K", "Q3_K", "Q2_K", "IQ4_XS"),
+               ("Q4_0", None, "IQ4_NL", "Q8_0", "Q4_1", "Q5_0", "F16"),
+               ("Q5_1", "Q5_1", "BF16", "Q6_K", "Q4_K", "Q4_K", "Q8_0")]
+NAMES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+         "mlp.up_proj", "mlp.down_proj")
+
+
+def blocks_of(w: torch.Tensor, type_name: str) -> GGMLBlocks:
+    if type_name in ("F16", "BF16"):
+        data = w.to(torch.float16 if type_name == "F16" else torch.bfloat16).contiguous().view(torch.uint8)
+    else:
+        data = torch.from_numpy(c_quantize(w.detach().float().numpy(), type_name))
+    return GGMLBlocks(type_name, data, (w.shape[0], w.shape[1]))
+
+
+def gguf_model(n_layers: int = 3) -> TransformerLM:
+    """Widths 256 / 512 (whole K-quant super-blocks), vocab 128; random weights scaled so tokens vary."""
+    config = get_preset("llama-tiny", vocab_size=128, d_model=256, n_layers=n_layers, n_heads=4, n_kv_heads=2,
+                        d_ff=512, max_seq_len=48)
+    torch.manual_seed(0)
+    m = TransformerLM(config).eval()
+    types = {"model.embed_tokens.weight": "Q6_K"}
+    for i in range(n_layers):
+        types.update({f"model.layers.{i}.{name}.weight": t for name, t in zip(NAMES, LAYER_TYPES[i])})
+    blocks = {}
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() == 2:
+                p.mul_(6.0)
+            else:
+                p.add_(torch.rand(p.shape))
+            if types.get(name) is not None:
+                blocks[name] = blocks_of(p, types[name])
+                p.copy_(dequantize_blocks(blocks[name]))
+    m.quantized_weights = blocks
+    return m
+
+
+def test_stacked_matrices_keep_each_parts_type() -> None:
+    dec = FastDecoder(gguf_model(), quant="gguf")
+    kinds = [[tuple(p.ggml_type for p in lin.parts) for lin in (l.qkv, l.o, l.ffn_in, l.down)] for l in dec.layers]
+    assert kinds == [[("Q4_K", "Q6_K"), ("Q5_K",), ("Q3_K", "Q2_K"), ("IQ4_XS",)],
+                     [("Q4_0", "F32", "IQ4_NL"), ("Q8_0",), ("Q4_1", "Q5_0"), ("F16",)],
+                     [("Q5_1", "BF16"), ("Q6_K",), ("Q4_K",), ("Q8_0",)]]
+    assert [p.ggml_type for p in dec.head.parts] == ["Q6_K"]
+    assert dec.layers[2].ffn_in.blocks is not None and dec.layers[0].qkv.blocks is None
+
+
+@pytest.mark.skipif(native() is None, reason="no C++ compiler: the torch step is the only path")
+@pytest.mark.parametrize("b", [1, 3])
+def test_native_step_on_mixed_gguf_types(b: int) -> None:
+    m = gguf_model()
+    assert FastDecoder(m, quant="gguf").native is not None
+    compare(m, "gguf", b=b, padded=b > 1)
+
+
+@pytest.mark.parametrize("native_on", [True, False])
+def test_fast_gguf_decodes_the_loaded_model(monkeypatch, native_on: bool) -> None:
+    """The engine's fast-gguf decode (C++ step, or the torch step on the fallback) == the model itself."""
+    if native_on and native() is None:
+        pytest.skip("no native kernels on this machine")
+    if not native_on:
+        monkeypatch.setattr(ops, "native_kernels", lambda: None)
+    m = gguf_model()
+    dec = FastDecoder(m, quant="gguf")
+    assert (dec.native is not None) == native_on
+    assert all((lin.fallback is None) == native_on for lin in dec.linears())
+    # measured max |logit difference| ~2e-6 (|logits| up to ~10): fp32 summation order only
+    assert_decodes_like(m, m, "fast-gguf", 5e-5)

@@ -15,10 +15,9 @@ from collections import defaultdict
 
 import pytest
 import torch
+import trl.trainer.grpo_trainer as trl_grpo  # pinned in the test extra (trl==1.16.0): a plain import, never skipped
 
 from scratchlm.align.grpo import GRPOLossConfig, grpo_loss
-
-trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer")
 
 # trl loss_type -> our aggregation (trl's "dapo" normaliser is the generation batch's token count)
 AGG = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean", "dr_grpo": "seq-mean-token-sum-norm",

@@ -2,9 +2,10 @@
 supported families' styles (tool_templates.py: Hermes/Qwen <tool_call> JSON, Llama-3 JSON) and for the models'
 own Qwen2.5 and Llama-3.1 templates (tests/tokenizer/chat_templates, rendered there equal to transformers):
 
-    - the prompt is the template's own rendering of tools, assistant tool calls and tool results
-      (tokenizer.jinja_template.ChatTemplate, itself tested against transformers), given the messages in
-      transformers' convention written out by hand here
+    - the prompt's ids (the server's /tokenize and usage) are transformers' `apply_chat_template` ids for the
+      template's rendering of tools, assistant tool calls and tool results, on a transformers tokenizer built
+      from the checkpoint's tokenizer files (hf_tokenizer.py), given the messages in transformers' convention
+      written out by hand here (scratchlm's built-in ChatML, which has no Jinja source: its text by hand)
     - tool_choice "required" / a named function: every sampled choice is exactly one call to an allowed
       function whose arguments validate against its parameters (jsonschema), streamed and not
     - tool_choice "auto": a scripted model writes content and a call; the client gets the content and the
@@ -29,6 +30,7 @@ from scratchlm.serve.server import create_app
 from scratchlm.serve.tools import HERMES, LLAMA3, ToolStream, ToolPlan, parse_tool_calls
 from scratchlm.tokenizer.chat.template import ChatTemplate
 
+from hf_tokenizer import hf_tokenizer
 from inprocess import serve_in_thread
 import tool_templates
 
@@ -87,12 +89,15 @@ def api(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=60)
 
 
-def tokenize(url: str, messages: list, tools=None) -> int:
+def tokenize(url: str, messages: list, tools=None) -> list[int]:
+    """The server's prompt ids for `messages` (its /tokenize route)."""
     import httpx
 
     r = httpx.post(url + "/tokenize", json={"messages": messages, **({"tools": tools} if tools else {})}, timeout=30)
     r.raise_for_status()
-    return r.json()["count"]
+    body = r.json()
+    assert body["count"] == len(body["tokens"])
+    return body["tokens"]
 
 
 def check_call(call, allowed: list[str]) -> None:
@@ -101,8 +106,8 @@ def check_call(call, allowed: list[str]) -> None:
     jsonschema.validate(json.loads(call.function.arguments), schema)
 
 
-def test_prompt_renders_tools_calls_and_results(tool_server):
-    kind, url, template, tok = tool_server
+def test_prompt_renders_tools_calls_and_results(tool_server, tiny_checkpoint):
+    kind, url, _, _ = tool_server
     convo = ASK + [
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
@@ -111,17 +116,18 @@ def test_prompt_renders_tools_calls_and_results(tool_server):
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
         {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "18 C"}]
-    if template is not None:
-        expected = tok.encode(template.render(hf, add_generation_prompt=True, tools=TOOLS))
-    else:
+    reference = hf_tokenizer(tiny_checkpoint, TEMPLATES[kind])  # transformers, from the checkpoint's files
+    if TEMPLATES[kind] is not None:
+        expected = reference.apply_chat_template(hf, tools=TOOLS, add_generation_prompt=True)["input_ids"]
+    else:  # scratchlm's built-in ChatML has no Jinja source: its rendering written out by hand
         listing = "\n".join(json.dumps(t) for t in TOOLS)
         text = ("<|im_start|>system\nYou may call functions. The available tools:\n<tools>\n" + listing + "\n</tools>\n"
                 'To call one, answer with <tool_call>\n{"name": <function-name>, "arguments": <args-object>}\n'
                 "</tool_call><|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n"
                 '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n'
                 "<|im_start|>tool\n<tool_response>\n18 C\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
-        expected = tok.encode(text)
-    assert tokenize(url, convo, TOOLS) == len(expected)
+        expected = reference(text, add_special_tokens=False)["input_ids"]
+    assert tokenize(url, convo, TOOLS) == expected
     out = api(url).chat.completions.create(model="m", messages=convo, tools=TOOLS, max_tokens=2, temperature=0,
                                            tool_choice="none")
     assert out.usage.prompt_tokens == len(expected) and out.choices[0].message.tool_calls is None
@@ -168,7 +174,7 @@ def test_auto_parses_a_scripted_reply(long_model, fmt, template):
         reply = '{"name": "get_weather", "parameters": {"city": "Paris", "unit": "C"}}'
     scripted.script, scripted.end = tok.encode(reply), tok.special_token_ids["<|im_end|>"]
     with serve_in_thread(create_app(scripted, tok, "m", chat_template=ChatTemplate(template))) as (url, _):
-        scripted.prompt_len = tokenize(url, ASK, TOOLS)
+        scripted.prompt_len = len(tokenize(url, ASK, TOOLS))
         c = api(url)
         whole = c.chat.completions.create(model="m", messages=ASK, tools=TOOLS, max_tokens=200, temperature=0)
         chunks = list(c.chat.completions.create(model="m", messages=ASK, tools=TOOLS, max_tokens=200, temperature=0,

@@ -14,7 +14,16 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from scratchlm.tokenizer.patterns import LLAMA3_PATTERN, QWEN2_PATTERN
+# The split regexes, copied as published (never imported from scratchlm, so a wrong pattern cannot sit on both
+# sides; test_reference_patterns.py checks them against the installed packages and scratchlm's patterns.py):
+# GPT-2: HF tokenizers' ByteLevel(use_regex=True) built-in regex (the one in the compiled tokenizers library);
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# Llama-3: its tokenizer.json's Split regex, transformers' TikTokenConverter default (convert_slow_tokenizer.py);
+LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                  r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+# Qwen2/2.5: its tokenizer.json's Split regex, transformers' models/qwen2/tokenization_qwen2.py PRETOKENIZE_REGEX.
+QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                 r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 CORPORA = ("corpus.en", "tinystories_sample.txt", "tinyshakespeare.txt")
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -275,7 +284,7 @@ PIECES = ["the", " The", "king", "'s", " don't", "  ", "\n", "\n\n", "\t", " \n 
           "(", ")", "{", "}", ";", ":", "->", "==", "\u00a0", "\u3000", "\u200d", "x", "q", "qq", "Σ", "İ", " "]
 
 
-def test_lines(shared: Path, n_corpus: int = 1200, n_random: int = 1200, seed: int = 0) -> list[str]:
+def sample_lines(shared: Path, n_corpus: int = 1200, n_random: int = 1200, seed: int = 0) -> list[str]:
     """Deterministic varied lines: base lines, corpus lines (all three corpora), random mixtures."""
     rng = random.Random(seed)
     lines = list(BASE_LINES)

@@ -31,7 +31,7 @@ def built(shared_data, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lines(shared_data):
-    return hf_styles.test_lines(shared_data)
+    return hf_styles.sample_lines(shared_data)
 
 
 def _drop_bytes(d: dict, chars: str) -> dict:

@@ -33,7 +33,7 @@ def build(shared_data, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lines(shared_data) -> list[str]:
-    out = hf_styles.test_lines(shared_data)
+    out = hf_styles.sample_lines(shared_data)
     assert len(out) >= 2000
     return out
 

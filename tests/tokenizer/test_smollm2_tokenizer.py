@@ -58,7 +58,7 @@ def test_vocab_lacks_single_bytes_and_ids_decode_match(reference, published, our
     missing = [b for b, c in bytes_to_unicode().items() if c not in ours.model.vocab]
     assert len(missing) == 21
     from_json = tokenizer_from_json(json.loads(backend.to_str()))
-    lines = hf_styles.test_lines(shared_data) + ["\x04\x06\x13 control bytes", "plane 4: \U00040000\U0008FFFF"]
+    lines = hf_styles.sample_lines(shared_data) + ["\x04\x06\x13 control bytes", "plane 4: \U00040000\U0008FFFF"]
     for line in lines:
         want = backend.encode(line, add_special_tokens=False).ids
         assert from_json.encode(line) == want, line
@@ -70,7 +70,7 @@ def test_vocab_lacks_single_bytes_and_ids_decode_match(reference, published, our
 def test_fast_path_with_missing_bytes(reference, shared_data):
     backend, _ = reference
     fast = Tokenizer.from_hf_dict(json.loads(backend.to_str()), impl="tiktoken")
-    text = "\n".join(hf_styles.test_lines(shared_data)) + "\x04 \U00040000"
+    text = "\n".join(hf_styles.sample_lines(shared_data)) + "\x04 \U00040000"
     assert fast.encode(text) == backend.encode(text, add_special_tokens=False).ids
 
 

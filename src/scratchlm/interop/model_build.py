@@ -55,32 +55,37 @@ def _set_module(model: torch.nn.Module, name: str, module: torch.nn.Module) -> N
     setattr(model.get_submodule(parent) if parent else model, attr, module)
 
 
-def build_with_blocks(config: ModelConfig, floats: dict[str, torch.Tensor], blocks: dict[str, GGMLBlocks],
+def build_with_blocks(config: ModelConfig, state: dict[str, torch.Tensor], types: dict[str, str],
                       directory: Path) -> TransformerLM:
-    """TransformerLM whose matrices are `blocks` (keyed by parameter name, "....weight") and whose other
-    tensors are `floats` (as fp32); a tied head reads the embedding's blocks.
+    """TransformerLM holding `state`, where every uint8 2-D tensor named in `types` is the raw ggml rows of
+    a matrix of that type (a ggml row of K values is one run of blocks) and the rest are floats (as fp32).
 
-    Every Linear / Embedding named in `blocks` becomes a BlockLinear / BlockEmbedding (its bias, if any,
-    comes from `floats`); nothing is dequantized and the blocks' bytes are not copied.
+    Every Linear / Embedding whose weight is such rows becomes a BlockLinear / BlockEmbedding over those
+    bytes (its bias, if any, from `state`); a tied head reads the embedding's blocks. Nothing is
+    dequantized or copied.
     """
     with torch.device("meta"):
         model = TransformerLM(config)
     expected = model.state_dict()
-    shapes = {k: torch.empty(b.shape, device="meta") for k, b in blocks.items()}
-    _check_state(expected, {**floats, **shapes}, directory)
+    blocks = {k: GGMLBlocks(types[k], v, tuple(expected[k].shape)) for k, v in state.items()
+              if k in types and v.dtype == torch.uint8 and k in expected and expected[k].dim() == 2}
+    shapes = {k: (torch.empty(blocks[k].shape, device="meta") if k in blocks else v) for k, v in state.items()}
+    _check_state(expected, shapes, directory)
     embed = "model.embed_tokens.weight"
     for name, b in blocks.items():
         module_name = name.removesuffix(".weight")
         if name == embed:
             _set_module(model, module_name, BlockEmbedding(b))
         elif name != "lm_head.weight" or not config.tie_embeddings:
-            bias = floats.get(f"{module_name}.bias")
+            bias = state.get(f"{module_name}.bias")
             _set_module(model, module_name, BlockLinear(b, None if bias is None else bias.to(torch.float32)))
-    if config.tie_embeddings:
+    if config.tie_embeddings and embed in blocks:
         model.lm_head = BlockLinear(blocks[embed])
     given = {name.removesuffix(".weight") + ".bias" for name in blocks}  # biases now inside a BlockLinear
-    rest = {k: v.to(torch.float32) for k, v in floats.items() if k not in blocks and k not in given}
+    rest = {k: v.to(torch.float32) for k, v in state.items() if k not in blocks and k not in given}
     model.load_state_dict(rest, strict=False, assign=True)
+    if config.tie_embeddings and embed not in blocks:
+        model.lm_head.weight = model.model.embed_tokens.weight
     for module in model.modules():
         if isinstance(module, RotaryEmbedding):
             module.init_tables(device="cpu")

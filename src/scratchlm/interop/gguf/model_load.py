@@ -65,24 +65,11 @@ def _quantized_weights(contents: GGUFContents, config: ModelConfig, arch: str,
 
 
 def _block_model(path: Path, contents: GGUFContents, config: ModelConfig, arch: str) -> TransformerLM:
-    """The model on the file's own blocks: matrices as GGMLBlocks (no copy), the rest fp32."""
-    raw = {hf_name(n): (t.data if len(t.shape) >= 2 else t.dequantize()) for n, t in contents.tensors.items()}
+    """The model on the file's own blocks: matrices as GGMLBlocks over the mapped file (no copy), the rest fp32."""
+    raw = {hf_name(n): (t.view() if len(t.shape) >= 2 else t.dequantize()) for n, t in contents.tensors.items()}
     types = {hf_name(n): t.type_name for n, t in contents.tensors.items() if len(t.shape) >= 2}
-    state = _scratchlm_order(raw, config, arch)
-    expected = {k: tuple(v.shape) for k, v in _expected_shapes(config).items()}
-    blocks, floats = {}, {}
-    for k, v in state.items():
-        if v.dtype == torch.uint8 and v.dim() == 2 and k in expected and len(expected[k]) == 2:
-            source = k if k in types else "model.embed_tokens.weight"  # the tied head reads the embedding's
-            blocks[k] = GGMLBlocks(types.get(k, types.get(source)), v, expected[k])
-        else:
-            floats[k] = v.to(torch.float32)
-    return build_with_blocks(config, floats, blocks, path)
-
-
-def _expected_shapes(config: ModelConfig) -> dict[str, torch.Tensor]:
-    with torch.device("meta"):
-        return TransformerLM(config).state_dict()
+    types.setdefault("lm_head.weight", types.get("model.embed_tokens.weight"))  # a tied head reads the embedding
+    return build_with_blocks(config, _scratchlm_order(raw, config, arch), types, path)
 
 
 def load_gguf(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = torch.float32,
@@ -96,6 +83,7 @@ def load_gguf(path: str | Path, *, device: str | torch.device = "cpu", dtype: to
     if dtype is None and arch in PERMUTED_QK_ARCHS:
         config_overrides.setdefault("rope_style", "interleaved")  # llama.cpp's q/k row order, used as is
     config = gguf_model_config(contents, **config_overrides)
+    contents.check_tensor_types()  # every unsupported tensor named at once, before any work
     if dtype is None:
         return _block_model(Path(path), contents, config, arch).to(device).eval()
     items = list(contents.tensors.items())

@@ -110,7 +110,7 @@ def test_unsupported_files_are_refused_by_name(tmp_path):
     cases = [
         (dict(metadata={"llama.rope.scaling.type": "yarn"}), "llama.rope.scaling.type='yarn' is not supported"),
         (dict(metadata={"llama.expert_count": 8}), "llama.expert_count=8 is not supported"),
-        (dict(types={"model.layers.0.mlp.up_proj.weight": "Q5_0"}), "blk.0.ffn_up.weight.*Q5_0"),
+        (dict(types={"model.layers.0.mlp.up_proj.weight": "MXFP4"}), "blk.0.ffn_up.weight.*MXFP4"),
     ]
     for n, (kwargs, message) in enumerate(cases):
         path = write_gguf(hf, tmp_path / f"bad{n}.gguf", "llama", **kwargs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
@@ -108,7 +110,7 @@ def test_unsupported_files_are_refused_by_name(tmp_path):
     cases = [
         (dict(metadata={"llama.rope.scaling.type": "yarn"}), "llama.rope.scaling.type='yarn' is not supported"),
         (dict(metadata={"llama.expert_count": 8}), "llama.expert_count=8 is not supported"),
-        (dict(types={"model.layers.0.mlp.up_proj.weight": "Q5_0"}), "blk.0.ffn_up.weight.*Q5_0"),
+        (dict(types={"model.layers.0.mlp.up_proj.weight": "MXFP4"}), "blk.0.ffn_up.weight.*MXFP4"),
     ]
     for n, (kwargs, message) in enumerate(cases):
         path = write_gguf(hf, tmp_path / f"bad{n}.gguf", "llama", **kwargs)
@@ -131,3 +133,43 @@ def test_unknown_architecture_and_tensor_are_refused(tmp_path):
         load_gguf(tmp_path / "m.gguf")
     with pytest.raises(ValueError, match="blk.0.ffn_gate_exps.weight"):
         hf_name("blk.0.ffn_gate_exps.weight")
+
+
+def mapped_file(address: int) -> str | None:
+    """The file whose memory mapping holds `address` in this process (/proc/self/maps), or None."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        span, *rest = line.split()
+        lo, hi = (int(a, 16) for a in span.split("-"))
+        if lo <= address < hi:
+            return rest[4] if len(rest) > 4 else None
+    return None
+
+
+@pytest.mark.parametrize("family", ["llama_tied_gqa", "llama_untied_gqa", "qwen2", "qwen3"])
+def test_gguf_on_its_own_blocks_equals_the_dequantized_model(tmp_path, family):
+    """dtype=None: every matrix stays the file's bytes (in the file's mapping, not a copy); the model computes
+    the logits of the dequantized weights: transformers' GGUF reader (where it reads the file), the source
+    model (an F32 file), and our own dense load (q/k rows of llama left interleaved, the dense ones not)."""
+    arch = family.split("_")[0]
+    types = QUANT_TYPES if family == "llama_untied_gqa" else {}
+    default = "F32" if family == "llama_tied_gqa" else "Q8_0"
+    hf_model = _quant_model() if family == "llama_untied_gqa" else build_hf(family)
+    path = write_gguf(hf_model, tmp_path / "b.gguf", arch, types=types, default_type=default)
+    ours = load_gguf(path, dtype=None)
+    assert all(p.dim() == 1 for p in ours.parameters())  # only norms / biases are float parameters
+    q = ours.model.layers[0].self_attn.q_proj
+    assert mapped_file(q.data.data_ptr()) == str(path)  # the bytes live in the file's mapping: no copy
+    assert q.ggml_type == types.get("model.layers.0.self_attn.q_proj.weight", default)
+    if ours.config.tie_embeddings:
+        assert ours.lm_head.data.data_ptr() == ours.model.embed_tokens.data.data_ptr()
+    assert ours.config.rope_style == ("interleaved" if arch == "llama" else "half")
+    ids = random_ids(2, 16)
+    got = our_logits(ours, ids)
+    dense = load_gguf(path, keep_quantized=False)
+    want = our_logits(dense, ids)
+    assert (got - want).abs().max() <= 1e-5 * max(1.0, want.abs().max())
+    if default == "F32":
+        assert (got - hf_logits(hf_model, ids)).abs().max() <= TOL
+    elif family != "qwen3":  # transformers' GGUF reader assumes head_dim 128 for qwen3
+        theirs = hf_logits(hf_from_gguf(path), ids)
+        assert (got - theirs).abs().max() <= TOL * max(1.0, theirs.abs().max())

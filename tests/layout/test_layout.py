@@ -17,15 +17,17 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "scratchlm"
 
 # top-level package or module -> layer; an import must go to a strictly lower layer (or stay inside its unit)
 LAYERS = {
-    "io_utils": 0, "field_types": 0, "quant": 0, "nn": 0, "config_checks": 0,
-    "tokenizer": 1, "kernels": 1, "config": 1,
-    "model": 2, "model_stats": 2, "data": 2,
-    "model_files": 3, "generate": 3,
-    "interop": 4, "train": 4, "viz": 4,
-    "load": 5, "align": 5,
-    "serve": 6, "eval": 6,
-    "cli": 7,
-    "__main__": 8, "__init__": 8,
+    "io_utils": 0, "field_types": 0, "quant": 0, "config_checks": 0,
+    "tokenizer": 1, "kernels": 1,
+    "nn": 2,
+    "config": 3,
+    "model": 4, "model_stats": 4, "data": 4,
+    "model_files": 5, "generate": 5,
+    "interop": 6, "train": 6, "viz": 6,
+    "load": 7, "align": 7,
+    "serve": 8, "eval": 8,
+    "cli": 9,
+    "__main__": 10, "__init__": 10,
 }
 
 

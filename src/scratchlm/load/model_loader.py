@@ -44,15 +44,19 @@ def _adapter_base(path: Path) -> str:
     return base
 
 
-def from_pretrained(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+def from_pretrained(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = torch.float32,
                     progress: bool = False, **config_overrides: Any) -> TransformerLM:
     """The model alone (eval mode) from a scratchlm dir, an HF dir (Llama, Qwen, Gemma, Phi, ... GPT-2), a
     GGUF file or a PEFT adapter dir (merged into its base).
 
-    config_overrides replace ModelConfig fields that do not change the weights' meaning, e.g.
-    attn_impl="sdpa" or rope_style="interleaved" (q/k rows are then permuted to match).
+    dtype=None: as stored where that can run (a GGUF on its own ggml blocks), fp32 otherwise;
+    torch.float32 / bfloat16: a dense copy in that dtype. config_overrides replace ModelConfig fields
+    that do not change the weights' meaning, e.g. attn_impl="sdpa" or rope_style="interleaved" (q/k
+    rows are then permuted to match).
     """
     kind, path = model_kind(path)
+    if kind != "gguf" and dtype is None:
+        dtype = torch.float32
     if kind == "gguf":
         return load_gguf(path, device=device, dtype=dtype, progress=progress, **config_overrides)
     if kind == "hf":
@@ -96,20 +100,21 @@ def _load_dir_kind(kind: str, path: Path, tokenizer: Any, **kw: Any) -> LoadedMo
                        generation_config.generation_config(path))
 
 
-def load_pretrained(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+def load_pretrained(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = torch.float32,
                     tokenizer: str | Path | None = None, keep_quantized: bool = True, progress: bool = False,
                     **config_overrides: Any) -> LoadedModel:
     """Load a scratchlm checkpoint dir, an HF dir, a GGUF file or a PEFT adapter dir with its tokenizer and
     chat metadata (module docstring).
 
-    tokenizer: a directory whose tokenizer replaces the model's own. keep_quantized: attach a GGUF
-    file's ggml blocks as model.quantized_weights (see interop/gguf/model_load.py). config_overrides:
-    e.g. attn_impl.
+    dtype: None = as stored (a GGUF runs on its own blocks; directories load fp32), or a dense copy in
+    torch.float32 / bfloat16. tokenizer: a directory whose tokenizer replaces the model's own.
+    keep_quantized: with a dense dtype, attach a GGUF file's ggml blocks as model.quantized_weights (see
+    interop/gguf/model_load.py). config_overrides: e.g. attn_impl.
     """
     kind, path = model_kind(path)
     tok = load_tokenizer_dir(tokenizer, prefer_hf=True) if tokenizer is not None else None
     if kind == "adapter":
-        loaded = load_pretrained(_adapter_base(path), device=device, dtype=dtype, tokenizer=tokenizer,
+        loaded = load_pretrained(_adapter_base(path), device=device, dtype=dtype or torch.float32, tokenizer=tokenizer,
                                  keep_quantized=False, progress=progress, **config_overrides)
         loaded.model = merge_lora(load_adapter(loaded.model, path)).eval()
         return loaded

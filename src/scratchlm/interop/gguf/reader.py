@@ -12,7 +12,7 @@ A GGUF file (llama.cpp's gguf.md; little endian) is
     scratchlm reads checked against its GGUF value type (METADATA_KINDS),
   * tensors: {GGUF name: GGUFTensor}; GGUF lists dimensions fastest-first (ne0 = row length), so a
     matrix stored as ne = [cols, rows] is (rows, cols) here, like torch's `Linear.weight` (out, in).
-    Each tensor's bytes are a read-only numpy view of the memory-mapped file, one row of ggml blocks per
+    Each tensor's bytes are a numpy view of the (private, copy-on-write) memory-mapped file, one row of ggml blocks per
     tensor row; nothing is read or copied until `.data`, `.dequantize()` or `.blocks()` asks.
 The container is checked when it is read (a clear one-line ValueError naming the file): magic, version,
 truncation, tensor data inside the file and not overlapping, row length a multiple of the type's block.
@@ -114,7 +114,7 @@ def _rows_cols(shape: tuple[int, ...]) -> tuple[int, int]:
 @dataclass(frozen=True)
 class GGUFTensor:
     """One tensor of a GGUF file: its ggml type (name, or the raw id when it is no ggml type), torch-order
-    shape, and `raw`, a read-only uint8 view of its bytes in the memory-mapped file (None when the type's
+    shape, and `raw`, a uint8 view of its bytes in the privately memory-mapped file (None when the type's
     block size is unknown)."""
 
     name: str
@@ -146,6 +146,17 @@ class GGUFTensor:
         _, block, size = _layout(self.type_id)
         rows, cols = _rows_cols(self.shape)
         return torch.from_numpy(self.raw.reshape(rows, cols // block * size).copy())
+
+    def view(self) -> torch.Tensor:
+        """The file's bytes as uint8 (rows, row_bytes) WITHOUT a copy: a torch view of the mapped file.
+
+        Pages are read on first touch and shared with the OS page cache (and with every process mapping
+        the file); the mapping is private (copy-on-write), so nothing written here ever reaches the file."""
+        if self.raw is None:
+            self._require_supported()
+        _, block, size = _layout(self.type_id)
+        rows, cols = _rows_cols(self.shape)
+        return torch.from_numpy(self.raw.reshape(rows, cols // block * size))
 
     def dequantize(self) -> torch.Tensor:
         """The values as float32, shaped `shape` (bit-exact ggml dequantization)."""
@@ -385,13 +396,13 @@ def read_gguf(path: str | Path) -> GGUFContents:
         if start != GGUF_MAGIC:
             raise ValueError(f"{path} is not a GGUF file: it starts with {start!r}, not the magic bytes "
                              f"{GGUF_MAGIC!r}; pass a .gguf file (or a model directory)")
-        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # private: views never write the file
     h = _Header(buf, path)
     version, metadata, types, directory, data_start = _read_header(h)
     align = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     spans = {name: _tensor_span(h, name, shape, tid, off, data_start, align) for name, shape, tid, off in directory}
     _check_overlaps(h, spans)
-    data = np.frombuffer(buf, dtype=np.uint8)  # read-only: the mapping is
+    data = np.frombuffer(buf, dtype=np.uint8)  # writable pages of the private mapping
     tensors: dict[str, GGUFTensor] = {}
     contents = GGUFContents(path, metadata, tensors, version, types)
     for name, shape, type_id, _ in directory:

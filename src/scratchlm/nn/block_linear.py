@@ -1,0 +1,60 @@
+"""A Linear layer whose weight stays in ggml blocks (a GGUF file's own bytes): y = x @ W^T + b.
+
+W (out, in) is GGMLBlocks [firm layout: rows are output features, as Linear.weight]; nothing else of
+the matrix is kept. The reference path dequantizes a tile of rows at a time (quant/block_matmul.py:
+the same function as F.linear(x, dequantize(W)), with a bounded transient); the fast path, for a few
+rows of fp32 activations on the CPU (decoding), is the C++ kernel that widens each block to fp32 in
+registers (kernels/, exact: tested equal up to fp32 summation order). W is data, not a parameter: a
+model of BlockLinears trains only what is added on top (LoRA adapters, QLoRA-style); gradients flow
+to x through the same tiles.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from scratchlm.kernels import ops
+from scratchlm.quant.block_matmul import block_linear, dequantize_rows
+from scratchlm.quant.blocks import GGMLBlocks
+from scratchlm.quant.dequantize import KERNEL_TYPES
+
+KERNEL_MAX_ROWS = 8  # rows of x up to which the GEMV kernel beats dequantize-and-GEMM
+
+
+class BlockLinear(nn.Module):
+    """y = x W^T + b with W (out_features, in_features) in ggml blocks (module docstring)."""
+
+    def __init__(self, blocks: GGMLBlocks, bias: torch.Tensor | None = None) -> None:
+        super().__init__()
+        self.out_features, self.in_features = blocks.shape
+        self.ggml_type = blocks.ggml_type
+        self.register_buffer("data", blocks.data, persistent=False)  # uint8 (out, row_bytes): moves with .to()
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+
+    @property
+    def blocks(self) -> GGMLBlocks:
+        """W as GGMLBlocks (the buffer, wherever the module was moved)."""
+        return GGMLBlocks(self.ggml_type, self.data, (self.out_features, self.in_features))
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """W dequantized to fp32 (out, in): a fresh tensor, for code that needs the dense matrix once."""
+        return dequantize_rows(self.blocks)
+
+    def _kernel(self, x: torch.Tensor) -> bool:
+        rows = x.numel() // max(x.shape[-1], 1)
+        return (rows <= KERNEL_MAX_ROWS and x.dtype == torch.float32 and x.device.type == "cpu"
+                and self.data.device.type == "cpu" and self.ggml_type in KERNEL_TYPES and not x.requires_grad
+                and ops.native_kernels() is not None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._kernel(x):
+            flat = x.reshape(-1, self.in_features).contiguous()  # (rows, in)
+            y = ops.linear_blocks(ops.native_kernels(), flat, self.blocks).view(*x.shape[:-1], self.out_features)
+            return y if self.bias is None else y + self.bias
+        return block_linear(x, self.blocks, None if self.bias is None else self.bias.to(x.dtype))
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, {self.ggml_type}, "
+                f"bias={self.bias is not None}")

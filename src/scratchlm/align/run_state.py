@@ -64,12 +64,14 @@ class RunState:
 
 
 def frozen_fingerprint(model: nn.Module) -> str:
-    """sha256 over the names and bytes of the parameters that do not train (a LoRA run's base model)."""
+    """sha256 over the names and bytes of the parameters that do not train (a LoRA run's base model) and of
+    the ggml block buffers (a QLoRA base kept in its blocks)."""
     h = hashlib.sha256()
-    for name, p in sorted(model.named_parameters()):
-        if not p.requires_grad:
-            h.update(name.encode())
-            h.update(p.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+    frozen = [(n, p) for n, p in model.named_parameters() if not p.requires_grad]
+    blocks = [(n, b) for n, b in model.named_buffers() if b.dtype == torch.uint8]
+    for name, p in sorted(frozen + blocks, key=lambda item: item[0]):
+        h.update(name.encode())
+        h.update(p.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 

@@ -86,7 +86,9 @@ def load_policy(args: argparse.Namespace) -> tuple[TransformerLM, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    args.loaded = load_pretrained(args.checkpoint, keep_quantized=False)  # fine-tuning outdates ggml blocks
+    # LoRA: a GGUF base stays in its ggml blocks (QLoRA, frozen); full fine-tuning needs a dense fp32 copy
+    lora = bool(getattr(args, "lora_r", 0))
+    args.loaded = load_pretrained(args.checkpoint, dtype=None if lora else torch.float32, keep_quantized=False)
     model = args.loaded.model.to(pick_device(args.device)).train()
     if getattr(args, "lora_r", 0):
         targets = [t.strip() for t in args.lora_targets.split(",") if t.strip()]

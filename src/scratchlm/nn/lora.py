@@ -6,6 +6,10 @@ A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming-uniform with a = sqrt(5), as PEFT initia
 so the adapted model starts exactly equal to the base model. Only A and B train.
 merge():   W <- W + (alpha / r) B A      (the adapter folded into the weight; forward skips the branch)
 unmerge(): W <- W - (alpha / r) B A      (exact up to floating-point rounding)
+QLoRA: the base may be a BlockLinear (a GGUF matrix kept in its ggml blocks, nn/block_linear.py): the
+adapters train in fp32 on top of the frozen quantized base, the backward pass reaching x through
+dequantized tiles. Such a base cannot change in place: merge_lora replaces it with a dense Linear
+holding dequantize(W) + (alpha / r) B A.
 Dropout (inverted): during training x_i is zeroed with probability p and the survivors scaled by
 1 / (1 - p); the base path always sees the undropped x.
 
@@ -22,6 +26,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from scratchlm.nn.block_linear import BlockLinear
 from scratchlm.nn.linear import Linear
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -38,7 +43,7 @@ def inverted_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 class LoRALinear(nn.Module):
     """A frozen `base_layer` plus the trainable update (alpha / r) B A (module docstring)."""
 
-    def __init__(self, base_layer: Linear, r: int, alpha: float, dropout: float = 0.0) -> None:
+    def __init__(self, base_layer: Linear | BlockLinear, r: int, alpha: float, dropout: float = 0.0) -> None:
         super().__init__()
         if not isinstance(r, int) or r < 1:
             raise ValueError(f"LoRA rank r must be an integer >= 1, got {r!r}")
@@ -52,7 +57,10 @@ class LoRALinear(nn.Module):
         self.base_layer = base_layer
         for p in base_layer.parameters():
             p.requires_grad_(False)
-        device, dtype = base_layer.weight.device, base_layer.weight.dtype
+        if isinstance(base_layer, BlockLinear):  # QLoRA: fp32 adapters on the quantized base
+            device, dtype = base_layer.data.device, torch.float32
+        else:
+            device, dtype = base_layer.weight.device, base_layer.weight.dtype
         self.lora_A = Linear(base_layer.in_features, r).to(device=device, dtype=dtype)  # A (r, in), U(+-1/sqrt(in))
         self.lora_B = Linear(r, base_layer.out_features).to(device=device, dtype=dtype)  # B (out, r)
         nn.init.zeros_(self.lora_B.weight)
@@ -82,6 +90,8 @@ class LoRALinear(nn.Module):
 
     @torch.no_grad()
     def merge(self) -> None:
+        if isinstance(self.base_layer, BlockLinear):  # blocks cannot absorb the update: a dense copy does
+            self.base_layer = dense_linear(self.base_layer)
         if not self.merged:
             self.base_layer.weight += self.delta_weight()
             self.merged = True
@@ -96,6 +106,16 @@ class LoRALinear(nn.Module):
         return f"r={self.r}, alpha={self.alpha:g}, dropout={self.dropout:g}"
 
 
+def dense_linear(layer: BlockLinear) -> Linear:
+    """A Linear holding a BlockLinear's dequantized fp32 matrix (and bias), on the same device."""
+    dense = Linear(layer.in_features, layer.out_features, bias=layer.bias is not None).to(layer.data.device)
+    with torch.no_grad():
+        dense.weight.copy_(layer.weight)
+        if layer.bias is not None:
+            dense.bias.copy_(layer.bias)
+    return dense
+
+
 def lora_layers(model: nn.Module) -> dict[str, LoRALinear]:
     """{module name: LoRALinear} of every adapted layer."""
     return {name: m for name, m in model.named_modules() if isinstance(m, LoRALinear)}
@@ -103,7 +123,8 @@ def lora_layers(model: nn.Module) -> dict[str, LoRALinear]:
 
 def apply_lora(model: nn.Module, targets: tuple[str, ...] | list[str], r: int, alpha: float,
                dropout: float = 0.0) -> list[str]:
-    """Wrap every Linear whose last name is in `targets` (e.g. q_proj, v_proj) and freeze everything else.
+    """Wrap every Linear (or BlockLinear: QLoRA) whose last name is in `targets` (e.g. q_proj, v_proj) and
+    freeze everything else.
 
     Returns the adapted module names. Raises a ValueError naming unknown targets or a model without them.
     """
@@ -115,7 +136,7 @@ def apply_lora(model: nn.Module, targets: tuple[str, ...] | list[str], r: int, a
     if lora_layers(model):
         raise ValueError("the model already has LoRA adapters; merge or remove them before adding new ones")
     chosen = [(name, m) for name, m in model.named_modules()
-              if isinstance(m, Linear) and name.rsplit(".", 1)[-1] in targets]
+              if isinstance(m, (Linear, BlockLinear)) and name.rsplit(".", 1)[-1] in targets]
     if not chosen:
         raise ValueError(f"the model has no linear layers named {list(targets)}")
     for p in model.parameters():
@@ -127,7 +148,8 @@ def apply_lora(model: nn.Module, targets: tuple[str, ...] | list[str], r: int, a
 
 
 def merge_lora(model: nn.Module) -> nn.Module:
-    """Fold every adapter into its weight and put the plain Linear back (in place); returns the model."""
+    """Fold every adapter into its weight and put the plain Linear back (in place; a quantized base
+    becomes a dense Linear, see LoRALinear.merge); returns the model."""
     for name, layer in lora_layers(model).items():
         layer.merge()
         parent_name, _, child = name.rpartition(".")

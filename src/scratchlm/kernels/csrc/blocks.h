@@ -1,7 +1,8 @@
 // ggml's block types, widened exactly to fp32 in registers (simd.h's VF: 16 lanes).
 //
 // Each type T has QK values per block stored in BYTES bytes (ggml-common.h's block_* structs) and
-//   T::chunk(p, c, lo, hi):  values 32c .. 32c + 15 (lo) and 32c + 16 .. 32c + 31 (hi) of the block at p
+//   T::prepare(p, sc):           the block's scales and offsets as fp32 into sc[32] (once per block)
+//   T::chunk(p, sc, c, lo, hi):  values 32c .. 32c + 15 (lo) and 32c + 16 .. 32c + 31 (hi) of the block at p
 // equal bit for bit to quant/dequantize.py (and ggml's dequantize_row_*), whose formulas these follow:
 // every quant q is a small unsigned integer (exact in fp32), every scale product d * sc is computed in fp32
 // exactly as ggml does (an f16 times an integer of at most 8 bits: exact), and then
@@ -36,8 +37,9 @@ inline uint32_t load_u32(const uint8_t* p) {
 // [d f16][32 x int8]: w = d q
 struct Q8_0Block {
   static constexpr int64_t QK = 32, BYTES = 34;
-  static void chunk(const uint8_t* p, int, VF& lo, VF& hi) {
-    const VF d = vset1(fp16_to_f32(p));
+  static void prepare(const uint8_t* p, float* sc) { sc[0] = fp16_to_f32(p); }
+  static void chunk(const uint8_t* p, const float* sc, int, VF& lo, VF& hi) {
+    const VF d = vset1(sc[0]);
     lo = vmul(d, i8_f(load_b16(p + 2)));
     hi = vmul(d, i8_f(load_b16(p + 18)));
   }
@@ -46,9 +48,9 @@ struct Q8_0Block {
 // [d f16][16 bytes: value j in the low nibble of byte j, value j + 16 in the high nibble]: w = d (q - 8)
 struct Q4_0Block {
   static constexpr int64_t QK = 32, BYTES = 18;
-  static void chunk(const uint8_t* p, int, VF& lo, VF& hi) {
-    const float d = fp16_to_f32(p);
-    const VF s = vset1(d), t = vset1(-8.0f * d);
+  static void prepare(const uint8_t* p, float* sc) { sc[0] = fp16_to_f32(p), sc[1] = -8.0f * sc[0]; }
+  static void chunk(const uint8_t* p, const float* sc, int, VF& lo, VF& hi) {
+    const VF s = vset1(sc[0]), t = vset1(sc[1]);
     const B16 q = load_b16(p + 2);
     lo = vfma(nib_lo_f(q), s, t);
     hi = vfma(nib_hi_f(q), s, t);
@@ -58,8 +60,9 @@ struct Q4_0Block {
 // [d f16][m f16][16 bytes as Q4_0]: w = d q + m
 struct Q4_1Block {
   static constexpr int64_t QK = 32, BYTES = 20;
-  static void chunk(const uint8_t* p, int, VF& lo, VF& hi) {
-    const VF d = vset1(fp16_to_f32(p)), m = vset1(fp16_to_f32(p + 2));
+  static void prepare(const uint8_t* p, float* sc) { sc[0] = fp16_to_f32(p), sc[1] = fp16_to_f32(p + 2); }
+  static void chunk(const uint8_t* p, const float* sc, int, VF& lo, VF& hi) {
+    const VF d = vset1(sc[0]), m = vset1(sc[1]);
     const B16 q = load_b16(p + 4);
     lo = vfma(d, nib_lo_f(q), m);
     hi = vfma(d, nib_hi_f(q), m);
@@ -77,9 +80,9 @@ inline void q5_values(const uint8_t* qh, const uint8_t* qs, B16& lo, B16& hi) {
 // [d f16][qh u32][16 bytes]: w = d (q - 16)
 struct Q5_0Block {
   static constexpr int64_t QK = 32, BYTES = 22;
-  static void chunk(const uint8_t* p, int, VF& lo, VF& hi) {
-    const float d = fp16_to_f32(p);
-    const VF s = vset1(d), t = vset1(-16.0f * d);
+  static void prepare(const uint8_t* p, float* sc) { sc[0] = fp16_to_f32(p), sc[1] = -16.0f * sc[0]; }
+  static void chunk(const uint8_t* p, const float* sc, int, VF& lo, VF& hi) {
+    const VF s = vset1(sc[0]), t = vset1(sc[1]);
     B16 a, b;
     q5_values(p + 2, p + 6, a, b);
     lo = vfma(u8_f(a), s, t);
@@ -90,8 +93,9 @@ struct Q5_0Block {
 // [d f16][m f16][qh u32][16 bytes]: w = d q + m
 struct Q5_1Block {
   static constexpr int64_t QK = 32, BYTES = 24;
-  static void chunk(const uint8_t* p, int, VF& lo, VF& hi) {
-    const VF d = vset1(fp16_to_f32(p)), m = vset1(fp16_to_f32(p + 2));
+  static void prepare(const uint8_t* p, float* sc) { sc[0] = fp16_to_f32(p), sc[1] = fp16_to_f32(p + 2); }
+  static void chunk(const uint8_t* p, const float* sc, int, VF& lo, VF& hi) {
+    const VF d = vset1(sc[0]), m = vset1(sc[1]);
     B16 a, b;
     q5_values(p + 4, p + 8, a, b);
     lo = vfma(d, u8_f(a), m);
@@ -102,72 +106,89 @@ struct Q5_1Block {
 // [d f16][16 bytes of 4-bit indices as Q4_0]: w = kvalues[q] d
 struct IQ4_NLBlock {
   static constexpr int64_t QK = 32, BYTES = 18;
-  static void chunk(const uint8_t* p, int, VF& lo, VF& hi) {
-    const VF d = vset1(fp16_to_f32(p));
+  static void prepare(const uint8_t* p, float* sc) { sc[0] = fp16_to_f32(p); }
+  static void chunk(const uint8_t* p, const float* sc, int, VF& lo, VF& hi) {
+    const VF d = vset1(sc[0]);
     const B16 q = load_b16(p + 2);
     lo = vmul(iq4_lo_f(q), d);
     hi = vmul(iq4_hi_f(q), d);
   }
 };
 
-// [scales 16: scale | min << 4][qs 64][d f16][dmin f16]: w = (d sc) q - (dmin m), 2-bit q: value l of
-// group j (32 values) of half h is bits 2j, 2j + 1 of qs[32 h + l]; chunk c = group c % 4 of half c / 4
-struct Q2_KBlock {
-  static constexpr int64_t QK = 256, BYTES = 84;
-  static void chunk(const uint8_t* p, int c, VF& lo, VF& hi) {
-    const float d = fp16_to_f32(p + 80), dmin = fp16_to_f32(p + 82);
-    const uint8_t* qs = p + 16 + 32 * (c >> 2);
-    const int shift = 2 * (c & 3);
-    const uint8_t s0 = p[2 * c], s1 = p[2 * c + 1];
-    lo = vfma(u8_f(shr_and(load_b16(qs), shift, 3)), vset1(d * static_cast<float>(s0 & 15)),
-              vset1(-(dmin * static_cast<float>(s0 >> 4))));
-    hi = vfma(u8_f(shr_and(load_b16(qs + 16), shift, 3)), vset1(d * static_cast<float>(s1 & 15)),
-              vset1(-(dmin * static_cast<float>(s1 >> 4))));
-  }
-};
-
-// Q3_K's 6-bit scale s (0..15) of its 12 packed bytes b
-inline int q3_k_scale(const uint8_t* b, int s) {
-  return ((b[s % 8] >> (4 * (s / 8))) & 15) | (((b[8 + s % 4] >> (2 * (s / 4))) & 3) << 4);
+// The K-quants' chunk c: w = fma(q, s, t) for lo (s = sc[i], t = sc[16 + i]) and hi (i + 1)
+inline void k_chunk(B16 a, B16 b, const float* sc, int i, VF& lo, VF& hi) {
+  lo = vfma(u8_f(a), vset1(sc[i]), vset1(sc[16 + i]));
+  hi = vfma(u8_f(b), vset1(sc[i + 1]), vset1(sc[17 + i]));
 }
 
-// [hmask 32][qs 64][scales 12][d f16]: w = (d (sc - 32)) (q - 4), q = the 2-bit q (as Q2_K) | bit c of
-// hmask[l] << 2 (hmask's bit set: q - 4 + 4)
-struct Q3_KBlock {
-  static constexpr int64_t QK = 256, BYTES = 110;
-  static void chunk(const uint8_t* p, int c, VF& lo, VF& hi) {
-    const float d = fp16_to_f32(p + 108);
-    const uint8_t* qs = p + 32 + 32 * (c >> 2);
+// [scales 16: scale | min << 4][qs 64][d f16][dmin f16]: w = (d sc) q - (dmin m), 2-bit q: value l of
+// group j (32 values) of half h is bits 2j, 2j + 1 of qs[32 h + l]; chunk c = group c % 4 of half c / 4.
+// sc: the 16 scales d sc, then the 16 offsets -(dmin m) = (-dmin) m
+struct Q2_KBlock {
+  static constexpr int64_t QK = 256, BYTES = 84;
+  static void prepare(const uint8_t* p, float* sc) {
+    const B16 b = load_b16(p);
+    vstore(sc, vmul(nib_lo_f(b), vset1(fp16_to_f32(p + 80))));
+    vstore(sc + 16, vmul(nib_hi_f(b), vset1(-fp16_to_f32(p + 82))));
+  }
+  static void chunk(const uint8_t* p, const float* sc, int c, VF& lo, VF& hi) {
+    const uint8_t* qs = p + 16 + 32 * (c >> 2);
     const int shift = 2 * (c & 3);
-    const float s0 = d * static_cast<float>(q3_k_scale(p + 96, 2 * c) - 32);
-    const float s1 = d * static_cast<float>(q3_k_scale(p + 96, 2 * c + 1) - 32);
-    const B16 a = bor(shr_and(load_b16(qs), shift, 3), move_bit(load_b16(p), c, 2));
-    const B16 b = bor(shr_and(load_b16(qs + 16), shift, 3), move_bit(load_b16(p + 16), c, 2));
-    lo = vfma(u8_f(a), vset1(s0), vset1(-4.0f * s0));
-    hi = vfma(u8_f(b), vset1(s1), vset1(-4.0f * s1));
+    k_chunk(shr_and(load_b16(qs), shift, 3), shr_and(load_b16(qs + 16), shift, 3), sc, 2 * c, lo, hi);
   }
 };
 
-// Q4_K / Q5_K's 6-bit scale and min of sub-block j (ggml's get_scale_min_k4) from their 12 bytes q
-inline void k4_scale_min(const uint8_t* q, int j, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63, m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4), m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+// [hmask 32][qs 64][scales 12][d f16]: w = (d (sc - 32)) (q - 4), q = the 2-bit q (as Q2_K) | bit c of
+// hmask[l] << 2 (a set hmask bit: q - 4 + 4). sc: the 16 scales d (sc - 32), then the offsets -4 d (sc - 32)
+struct Q3_KBlock {
+  static constexpr int64_t QK = 256, BYTES = 110;
+  static void prepare(const uint8_t* p, float* sc) {
+    uint32_t aux[4];  // ggml's unpacking of the 12 bytes into 16 six-bit scales, one per byte
+    std::memcpy(aux, p + 96, 12);
+    const uint32_t m2 = 0x0f0f0f0f, m1 = 0x03030303, tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & m2) | (((tmp >> 4) & m1) << 4);
+    aux[3] = ((aux[1] >> 4) & m2) | (((tmp >> 6) & m1) << 4);
+    aux[0] = (aux[0] & m2) | (((tmp >> 0) & m1) << 4);
+    aux[1] = (aux[1] & m2) | (((tmp >> 2) & m1) << 4);
+    const VF s = vmul(vadd(u8_f(load_b16(reinterpret_cast<const uint8_t*>(aux))), vset1(-32.0f)),
+                      vset1(fp16_to_f32(p + 108)));
+    vstore(sc, s);
+    vstore(sc + 16, vmul(s, vset1(-4.0f)));
   }
+  static void chunk(const uint8_t* p, const float* sc, int c, VF& lo, VF& hi) {
+    const uint8_t* qs = p + 32 + 32 * (c >> 2);
+    const int shift = 2 * (c & 3);
+    const B16 a = bor(shr_and(load_b16(qs), shift, 3), move_bit(load_b16(p), c, 2));
+    const B16 b = bor(shr_and(load_b16(qs + 16), shift, 3), move_bit(load_b16(p + 16), c, 2));
+    k_chunk(a, b, sc, 2 * c, lo, hi);
+  }
+};
+
+// Q4_K / Q5_K: the 8 six-bit scales and 8 mins of the 12 bytes q (ggml's get_scale_min_k4), unpacked as
+// ggml's vec_dot does, times d and -dmin: sc[j] = d sc_j, sc[16 + j] = -(dmin m_j), j = 0..7
+inline void k4_prepare(const uint8_t* p, float* sc) {
+  uint32_t u[4];
+  std::memcpy(u, p + 4, 12);
+  const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
+  u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
+  const uint32_t mins_lo = u[1] & m1;
+  u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
+  u[2] = mins_lo;
+  u[0] &= m1;  // bytes of u: the 8 scales, then the 8 mins
+  alignas(64) float v[16];
+  vstore(v, vmul(u8_f(load_b16(reinterpret_cast<const uint8_t*>(u))), vset2(fp16_to_f32(p), -fp16_to_f32(p + 2))));
+  for (int j = 0; j < 8; ++j) sc[j] = v[j], sc[16 + j] = v[8 + j];
 }
 
 // [d f16][dmin f16][scales 12][qs 128]: w = (d sc) q - (dmin m); sub-block c = the low (c even) or high
 // nibbles of qs[32 (c / 2) ...]
 struct Q4_KBlock {
   static constexpr int64_t QK = 256, BYTES = 144;
-  static void chunk(const uint8_t* p, int c, VF& lo, VF& hi) {
-    int sc, m;
-    k4_scale_min(p + 4, c, sc, m);
-    const VF s = vset1(fp16_to_f32(p) * static_cast<float>(sc));
-    const VF t = vset1(-(fp16_to_f32(p + 2) * static_cast<float>(m)));
+  static void prepare(const uint8_t* p, float* sc) { k4_prepare(p, sc); }
+  static void chunk(const uint8_t* p, const float* sc, int c, VF& lo, VF& hi) {
     const uint8_t* qs = p + 16 + 32 * (c >> 1);
     const B16 a = load_b16(qs), b = load_b16(qs + 16);
+    const VF s = vset1(sc[c]), t = vset1(sc[16 + c]);
     lo = vfma(c & 1 ? nib_hi_f(a) : nib_lo_f(a), s, t);
     hi = vfma(c & 1 ? nib_hi_f(b) : nib_lo_f(b), s, t);
   }
@@ -176,47 +197,52 @@ struct Q4_KBlock {
 // [d f16][dmin f16][scales 12][qh 32][qs 128]: as Q4_K with q | (bit c of qh[l]) << 4
 struct Q5_KBlock {
   static constexpr int64_t QK = 256, BYTES = 176;
-  static void chunk(const uint8_t* p, int c, VF& lo, VF& hi) {
-    int sc, m;
-    k4_scale_min(p + 4, c, sc, m);
-    const VF s = vset1(fp16_to_f32(p) * static_cast<float>(sc));
-    const VF t = vset1(-(fp16_to_f32(p + 2) * static_cast<float>(m)));
+  static void prepare(const uint8_t* p, float* sc) { k4_prepare(p, sc); }
+  static void chunk(const uint8_t* p, const float* sc, int c, VF& lo, VF& hi) {
     const uint8_t* qs = p + 48 + 32 * (c >> 1);
     const int shift = 4 * (c & 1);
     const B16 a = bor(shr_and(load_b16(qs), shift, 0x0f), move_bit(load_b16(p + 16), c, 4));
     const B16 b = bor(shr_and(load_b16(qs + 16), shift, 0x0f), move_bit(load_b16(p + 32), c, 4));
+    const VF s = vset1(sc[c]), t = vset1(sc[16 + c]);
     lo = vfma(u8_f(a), s, t);
     hi = vfma(u8_f(b), s, t);
   }
 };
 
 // [ql 128][qh 64][scales 16 x int8][d f16]: w = (d sc) (q - 32); in half h (128 values) group g (32 values):
-// q = nibble g / 2 of ql[64 h + 32 (g % 2) + l] | bits 2g, 2g + 1 of qh[32 h + l] << 4
+// q = nibble g / 2 of ql[64 h + 32 (g % 2) + l] | bits 2g, 2g + 1 of qh[32 h + l] << 4.
+// sc: the 16 scales d sc, then the offsets -32 d sc
 struct Q6_KBlock {
   static constexpr int64_t QK = 256, BYTES = 210;
-  static void chunk(const uint8_t* p, int c, VF& lo, VF& hi) {
-    const float d = fp16_to_f32(p + 208);
+  static void prepare(const uint8_t* p, float* sc) {
+    const VF s = vmul(i8_f(load_b16(p + 192)), vset1(fp16_to_f32(p + 208)));
+    vstore(sc, s);
+    vstore(sc + 16, vmul(s, vset1(-32.0f)));
+  }
+  static void chunk(const uint8_t* p, const float* sc, int c, VF& lo, VF& hi) {
     const int h = c >> 2, g = c & 3;
     const uint8_t* ql = p + 64 * h + 32 * (g & 1);
     const uint8_t* qh = p + 128 + 32 * h;
     const int shift = 4 * (g >> 1);
     const B16 a = bor(shr_and(load_b16(ql), shift, 0x0f), move_2bits(load_b16(qh), 2 * g, 4));
     const B16 b = bor(shr_and(load_b16(ql + 16), shift, 0x0f), move_2bits(load_b16(qh + 16), 2 * g, 4));
-    const float s0 = d * static_cast<float>(static_cast<int8_t>(p[192 + 2 * c]));
-    const float s1 = d * static_cast<float>(static_cast<int8_t>(p[193 + 2 * c]));
-    lo = vfma(u8_f(a), vset1(s0), vset1(-32.0f * s0));
-    hi = vfma(u8_f(b), vset1(s1), vset1(-32.0f * s1));
+    k_chunk(a, b, sc, 2 * c, lo, hi);
   }
 };
 
 // [d f16][scales_h u16][scales_l 4][qs 128]: w = (d (ls - 32)) kvalues[q]; sub-block c's 6-bit ls = nibble
-// c % 2 of scales_l[c / 2] | bits 2c, 2c + 1 of scales_h << 4; its 32 indices in qs[16 c ...] as IQ4_NL
+// c % 2 of scales_l[c / 2] | bits 2c, 2c + 1 of scales_h << 4; its 32 indices in qs[16 c ...] as IQ4_NL.
+// sc: the 8 scales d (ls - 32)
 struct IQ4_XSBlock {
   static constexpr int64_t QK = 256, BYTES = 136;
-  static void chunk(const uint8_t* p, int c, VF& lo, VF& hi) {
+  static void prepare(const uint8_t* p, float* sc) {
     const uint32_t sh = static_cast<uint32_t>(p[2]) | (static_cast<uint32_t>(p[3]) << 8);
-    const int ls = ((p[4 + c / 2] >> (4 * (c % 2))) & 15) | (((sh >> (2 * c)) & 3) << 4);
-    const VF s = vset1(fp16_to_f32(p) * static_cast<float>(ls - 32));
+    alignas(16) uint8_t ls[16] = {};
+    for (int c = 0; c < 8; ++c) ls[c] = static_cast<uint8_t>(((p[4 + c / 2] >> (4 * (c % 2))) & 15) | (((sh >> (2 * c)) & 3) << 4));
+    vstore(sc, vmul(vadd(u8_f(load_b16(ls)), vset1(-32.0f)), vset1(fp16_to_f32(p))));
+  }
+  static void chunk(const uint8_t* p, const float* sc, int c, VF& lo, VF& hi) {
+    const VF s = vset1(sc[c]);
     const B16 q = load_b16(p + 8 + 16 * c);
     lo = vmul(iq4_lo_f(q), s);
     hi = vmul(iq4_hi_f(q), s);

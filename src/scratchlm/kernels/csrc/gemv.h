@@ -42,9 +42,12 @@ inline void block_tile(const float* x, const uint8_t* w, float* y, int64_t K, in
     for (int b = 0; b < NB; ++b) acc[r][b][0] = acc[r][b][1] = vzero();
   const int64_t nblk = K / Block::QK;
   for (int64_t i = 0; i < nblk; ++i) {
-    for (int r = 0; r < NR; ++r) {  // the same block of the tile after next: DRAM reads in flight
-      const uint8_t* ahead = w + (n + r + 2 * NR) * row_bytes + i * Block::BYTES;
-      for (int64_t o = 0; o < Block::BYTES; o += 64) prefetch(ahead + o);
+    alignas(64) float sc[NR][32];  // each row's block scales (Block::prepare)
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + (n + r) * row_bytes + i * Block::BYTES;
+      // the same block of the tile after next: keeps DRAM reads in flight while the FMAs run
+      for (int64_t o = 0; o < Block::BYTES; o += 64) prefetch(blk + 2 * NR * row_bytes + o);
+      Block::prepare(blk, sc[r]);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < static_cast<int>(Block::QK / 32); ++c) {
@@ -53,7 +56,7 @@ inline void block_tile(const float* x, const uint8_t* w, float* y, int64_t K, in
       for (int b = 0; b < NB; ++b) xv[b][0] = vload(x + (b0 + b) * K + k), xv[b][1] = vload(x + (b0 + b) * K + k + 16);
       for (int r = 0; r < NR; ++r) {
         VF lo, hi;
-        Block::chunk(w + (n + r) * row_bytes + i * Block::BYTES, c, lo, hi);
+        Block::chunk(w + (n + r) * row_bytes + i * Block::BYTES, sc[r], c, lo, hi);
         for (int b = 0; b < NB; ++b) {
           acc[r][b][0] = vfma(lo, xv[b][0], acc[r][b][0]);
           acc[r][b][1] = vfma(hi, xv[b][1], acc[r][b][1]);
@@ -91,13 +94,16 @@ void block_rows(const float* x, const uint8_t* w, float* y, int64_t K, int64_t l
 template <typename Block>
 void block_dequant(const uint8_t* w, int64_t N, int64_t K, float* out) {
   const int64_t nblk = K / Block::QK;
-  for (int64_t i = 0; i < N * nblk; ++i)
+  alignas(64) float sc[32];
+  for (int64_t i = 0; i < N * nblk; ++i) {
+    Block::prepare(w + i * Block::BYTES, sc);
     for (int c = 0; c < static_cast<int>(Block::QK / 32); ++c) {
       VF lo, hi;
-      Block::chunk(w + i * Block::BYTES, c, lo, hi);
+      Block::chunk(w + i * Block::BYTES, sc, c, lo, hi);
       vstore(out + i * Block::QK + 32 * c, lo);
       vstore(out + i * Block::QK + 32 * c + 16, hi);
     }
+  }
 }
 
 // Dense element types: SIZE bytes per value, load = 16 values widened exactly.

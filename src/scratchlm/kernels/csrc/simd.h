@@ -68,11 +68,11 @@ struct B16 {
 inline B16 load_b16(const uint8_t* p) { return {_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))}; }
 // (b >> n) & mask per byte; mask must fit in 8 - n bits (a 16-bit shift then drops the neighbour's bits)
 inline B16 shr_and(B16 b, int n, uint8_t mask) {
-  return {_mm_and_si128(_mm_srli_epi16(b.v, n), _mm_set1_epi8(static_cast<char>(mask)))};
+  return {_mm_and_si128(n ? _mm_srli_epi16(b.v, n) : b.v, _mm_set1_epi8(static_cast<char>(mask)))};
 }
 // (b << n) & mask per byte; mask must have no bit below n
 inline B16 shl_and(B16 b, int n, uint8_t mask) {
-  return {_mm_and_si128(_mm_slli_epi16(b.v, n), _mm_set1_epi8(static_cast<char>(mask)))};
+  return {_mm_and_si128(n ? _mm_slli_epi16(b.v, n) : b.v, _mm_set1_epi8(static_cast<char>(mask)))};
 }
 inline B16 bor(B16 a, B16 b) { return {_mm_or_si128(a.v, b.v)}; }
 // byte j = value where bit j of m (16 bits) is set, else 0
@@ -132,6 +132,7 @@ struct VF {
 };
 inline VF vzero() { return {_mm512_setzero_ps()}; }
 inline VF vset1(float a) { return {_mm512_set1_ps(a)}; }
+inline VF vset2(float a, float b) { return {_mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b))}; }
 inline VF vload(const float* p) { return {_mm512_loadu_ps(p)}; }
 inline VF vfma(VF a, VF b, VF c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
 inline VF vmul(VF a, VF b) { return {_mm512_mul_ps(a.v, b.v)}; }
@@ -163,6 +164,7 @@ struct VF {
 };
 inline VF vzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 inline VF vset1(float a) { return {_mm256_set1_ps(a), _mm256_set1_ps(a)}; }
+inline VF vset2(float a, float b) { return {_mm256_set1_ps(a), _mm256_set1_ps(b)}; }
 inline VF vload(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
 inline VF vfma(VF a, VF b, VF c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
 inline VF vmul(VF a, VF b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
@@ -208,6 +210,11 @@ inline VF vset1(float a) {
   return r;
 }
 inline VF vzero() { return vset1(0.f); }
+inline VF vset2(float a, float b) {
+  VF r;
+  for (int j = 0; j < 16; ++j) r.v[j] = j < 8 ? a : b;
+  return r;
+}
 inline VF vload(const float* p) {
   VF r;
   std::memcpy(r.v, p, sizeof(r.v));

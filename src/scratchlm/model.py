@@ -247,9 +247,19 @@ class TransformerLM(nn.Module):
             logits = softcap(logits, self.config.final_softcap)
         return logits
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model computes: its parameters' device (a model on ggml blocks keeps them there too)."""
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The compute dtype: its floating parameters' (fp32 for a model on ggml blocks, whose matrices are
+        uint8 block buffers, not parameters)."""
+        return next(self.parameters()).dtype
+
     def new_kv_cache(self, batch_size: int, max_seq_len: int | None = None, dtype: torch.dtype | None = None) -> KVCache:
         """Allocate a KVCache sized for this model."""
         c = self.config
-        p = self.lm_head.weight
         return KVCache(c.n_layers, batch_size, c.n_kv_heads, max_seq_len or c.max_seq_len, c.head_dim,
-                       dtype or p.dtype, p.device)
+                       dtype or self.dtype, self.device)

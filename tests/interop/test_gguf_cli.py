@@ -39,7 +39,9 @@ def test_load_pretrained_gguf_brings_tokenizer_template_and_stops(tiny_gguf):
     assert loaded.stop_token_ids == [tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")]
     for text in ("To be, or not to be: 2024!", "<|im_start|>user\nhi<|im_end|>\n"):
         assert loaded.tokenizer.encode(text) == tok.encode(text).ids
-    assert loaded.model.quantized_weights["model.layers.1.mlp.up_proj.weight"].ggml_type == "Q8_0"
+    assert loaded.model.model.layers[1].mlp.up_proj.ggml_type == "Q8_0"  # the file's own blocks (dtype=None)
+    dense = load_pretrained(path, dtype=torch.float32)
+    assert dense.model.quantized_weights["model.layers.1.mlp.up_proj.weight"].ggml_type == "Q8_0"
     assert model_kind(path.parent) == ("gguf", path)  # a directory holding one GGUF names it
     line = loaded.summary()
     assert line.startswith("gguf tiny.Q8_0.gguf: qwen2, ") and "Q8_0" in line and "the model's own" in line

@@ -32,7 +32,7 @@ def test_f32_gguf_equals_source_model_and_transformers(tmp_path, family):
     path = write_gguf(hf, tmp_path / "m.gguf", arch)
     ids = random_ids()
     want = hf_logits(hf, ids)
-    ours = load_gguf(path, keep_quantized=False)
+    ours = load_gguf(path, dtype=torch.float32, keep_quantized=False)
     assert ours.config.tie_embeddings == hf.config.tie_word_embeddings
     assert (ours(ids) - want).abs().max() <= TOL
     if family != "qwen3":  # transformers' GGUF reader ignores qwen3.attention.key_length (assumes head_dim 128)
@@ -49,8 +49,8 @@ def test_llama_loaded_interleaved_keeps_llama_cpp_rows(tmp_path):
     hf = build_hf("llama_tied_gqa")
     path = write_gguf(hf, tmp_path / "m.gguf", "llama")
     ids = random_ids()
-    half = load_gguf(path, keep_quantized=False)
-    inter = load_gguf(path, rope_style="interleaved")
+    half = load_gguf(path, dtype=torch.float32, keep_quantized=False)
+    inter = load_gguf(path, dtype=torch.float32, rope_style="interleaved")
     assert inter.config.rope_style == "interleaved"
     assert (our_logits(inter, ids) - our_logits(half, ids)).abs().max() <= TOL
     from gguf import GGUFReader
@@ -80,7 +80,7 @@ QUANT_TYPES = {  # every supported type on some matrix of a 2-layer llama
 def test_quantized_gguf_equals_transformers_and_keeps_blocks(tmp_path):
     path = write_gguf(_quant_model(), tmp_path / "q.gguf", "llama", types=QUANT_TYPES, default_type="Q8_0")
     ids = random_ids(2, 16)
-    ours = load_gguf(path)
+    ours = load_gguf(path, dtype=torch.float32)
     theirs = hf_from_gguf(path)
     their_state = theirs.state_dict()
     for name, p in ours.state_dict().items():  # transformers dequantizes the same values (its own code)
@@ -165,7 +165,7 @@ def test_gguf_on_its_own_blocks_equals_the_dequantized_model(tmp_path, family):
     assert ours.config.rope_style == ("interleaved" if arch == "llama" else "half")
     ids = random_ids(2, 16)
     got = our_logits(ours, ids)
-    dense = load_gguf(path, keep_quantized=False)
+    dense = load_gguf(path, dtype=torch.float32, keep_quantized=False)
     want = our_logits(dense, ids)
     assert (got - want).abs().max() <= 1e-5 * max(1.0, want.abs().max())
     if default == "F32":

@@ -28,7 +28,7 @@ def test_f32_export_reads_back_in_transformers_and_scratchlm(tmp_path, hf_tokeni
         want = hf(ids).logits
         theirs = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf", dtype=torch.float32).eval()
         assert (theirs(ids).logits - want).abs().max() <= 1e-4
-        back = load_gguf(path)
+        back = load_gguf(path, dtype=torch.float32)
         assert (back(ids) - want).abs().max() <= 1e-4
     for name, p in back.state_dict().items():
         assert torch.equal(p, ours.state_dict()[name]), name
@@ -44,7 +44,7 @@ def test_q8_0_export_is_what_transformers_reads(tmp_path, hf_tokenizer):
     ours = from_pretrained(tmp_path / "hf")
     save_gguf(ours, tmp_path / "q.gguf", type_name="Q8_0")
     theirs = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="q.gguf", dtype=torch.float32).eval()
-    back = load_gguf(tmp_path / "q.gguf")
+    back = load_gguf(tmp_path / "q.gguf", dtype=torch.float32)
     assert back.quantized_weights["model.layers.0.mlp.down_proj.weight"].ggml_type == "Q8_0"
     their_state = theirs.state_dict()
     for name, p in back.state_dict().items():

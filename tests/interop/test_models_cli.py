@@ -87,6 +87,6 @@ def test_the_real_fixture_is_described_from_its_header(smollm2_gguf):
         "  tokenizer: gpt2 (byte-level BPE), 49152 tokens, pre-tokenizer 'smollm'",
     ]
     contents.check_tensor_types()  # every type is one scratchlm reads
-    # nothing was read into memory: every tensor is a read-only view of the mapped file
-    assert all(not t.raw.flags.writeable and not t.raw.flags.owndata for t in contents.tensors.values())
+    # nothing was read into memory: every tensor is a view of the (private, copy-on-write) mapped file
+    assert all(not t.raw.flags.owndata for t in contents.tensors.values())
     assert sum(t.raw.nbytes for t in contents.tensors.values()) > 0.9 * smollm2_gguf.stat().st_size

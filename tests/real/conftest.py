@@ -10,7 +10,7 @@ import torch
 
 @pytest.fixture(scope="session")
 def smollm2(smollm2_gguf):
-    """scratchlm's LoadedModel of the fixture (fp32 dequantized weights + the file's ggml blocks)."""
+    """scratchlm's LoadedModel of the fixture as every command loads it: on the file's own ggml blocks."""
     from scratchlm.load import load_pretrained
 
     return load_pretrained(smollm2_gguf)
@@ -18,10 +18,10 @@ def smollm2(smollm2_gguf):
 
 @pytest.fixture(scope="session")
 def smollm2_model(smollm2_gguf):
-    """The fixture's TransformerLM alone (no tokenizer): fp32 dequantized weights + model.quantized_weights."""
+    """The fixture's TransformerLM alone (no tokenizer), dense: fp32 dequantized weights + model.quantized_weights."""
     from scratchlm.interop.gguf.model_load import load_gguf
 
-    return load_gguf(smollm2_gguf)
+    return load_gguf(smollm2_gguf, dtype=torch.float32)
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ def test_weights_are_transformers_weights_and_blocks_match(smollm2_model, hf_smo
     assert torch.equal(dequantize(q.data, q.ggml_type, q.shape), ours["model.layers.3.self_attn.q_proj.weight"])
 
 
-def test_greedy_128_tokens_equal_transformers(smollm2_model, hf_smollm2):
+def test_greedy_128_tokens_equal_transformers(smollm2_model, smollm2, hf_smollm2):
     hf, hf_tok = hf_smollm2
     messages = [{"role": "user", "content": "Write a short story about a robot who learns to paint."}]
     prompt = hf_tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
@@ -38,3 +38,8 @@ def test_greedy_128_tokens_equal_transformers(smollm2_model, hf_smollm2):
     for decode in ("model", "fast"):
         got = generate(smollm2_model, [prompt], N_NEW, decode=decode)[0]
         assert got == want, decode
+    # the default load: the model on the file's own blocks, decoded by the default ("auto" = fast-gguf) step
+    blocks = smollm2.model
+    assert blocks.model.layers[0].self_attn.q_proj.ggml_type == "Q4_1" and not hasattr(blocks, "quantized_weights")
+    for decode in ("auto", "model"):
+        assert generate(blocks, [prompt], N_NEW, decode=decode)[0] == want, decode

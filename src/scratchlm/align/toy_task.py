@@ -55,7 +55,7 @@ def supervised_warmup(
             ans = ex.fields["answer"] if rng.random() < p_correct else str(rng.choice(answers))
             p, c = encode_prompt(tok, ex.prompt), encode_completion(tok, ex.prompt, ans)
             batch.append((p + c, [0] * len(p) + [1] * len(c)))
-        ids, mask = (t.to(model.lm_head.weight.device) for t in pad_examples(batch))
+        ids, mask = (t.to(model.device) for t in pad_examples(batch))
         loss = sft_loss(model(ids), ids, mask)
         loss.backward()
         stepper.step()

@@ -42,11 +42,11 @@ def _gguf_tokenizer_files(loaded: LoadedModel, out: Path) -> list[str]:
 
 def _from_hf(src: Path, out: Path, overwrite: bool) -> tuple[torch.nn.Module, list[str]]:
     if model_kind(src)[0] == "gguf":
-        loaded = load_pretrained(src, keep_quantized=False, progress=True)
+        loaded = load_pretrained(src, dtype=torch.float32, keep_quantized=False, progress=True)
         with atomic_output_dir(out, overwrite) as tmp:
             save_model(loaded.model, tmp)
             return loaded.model, _gguf_tokenizer_files(loaded, tmp)
-    model = from_pretrained(src, progress=True)
+    model = from_pretrained(src, dtype=torch.float32, progress=True)
     with atomic_output_dir(out, overwrite) as tmp:
         save_model(model, tmp)
         return model, tokenizer_from_hf(src, tmp)
@@ -55,8 +55,8 @@ def _from_hf(src: Path, out: Path, overwrite: bool) -> tuple[torch.nn.Module, li
 def _to_hf(src: Path, out: Path, args: argparse.Namespace) -> tuple[torch.nn.Module, list[str]]:
     kind, _ = model_kind(src)  # a clear error for a path that is no model
     dtype = getattr(torch, args.dtype) if args.dtype else None
-    loaded = load_pretrained(src, keep_quantized=False, progress=True) if kind == "gguf" else None
-    model = loaded.model if loaded is not None else from_pretrained(src)
+    loaded = load_pretrained(src, dtype=torch.float32, keep_quantized=False, progress=True) if kind == "gguf" else None
+    model = loaded.model if loaded is not None else from_pretrained(src, dtype=torch.float32)
     with atomic_output_dir(out, args.overwrite) as tmp:
         save_pretrained(model, tmp, max_shard_size=args.max_shard_size, dtype=dtype, progress=True)
         return model, _gguf_tokenizer_files(loaded, tmp) if loaded is not None else tokenizer_to_hf(src, tmp)
@@ -64,7 +64,7 @@ def _to_hf(src: Path, out: Path, args: argparse.Namespace) -> tuple[torch.nn.Mod
 
 def _to_gguf(src: Path, out: Path, args: argparse.Namespace) -> tuple[torch.nn.Module, list[str]]:
     model_kind(src)  # a clear error for a path that is no model
-    loaded = load_pretrained(src, keep_quantized=False, progress=True)
+    loaded = load_pretrained(src, dtype=torch.float32, keep_quantized=False, progress=True)
     template = loaded.chat_template if isinstance(loaded.chat_template, str) else None
     save_gguf(loaded.model, out, type_name=args.type.upper(), tokenizer=loaded.tokenizer, chat_template=template,
               bos_token_id=loaded.bos_token_id, stop_token_ids=loaded.stop_token_ids, name=src.name)

@@ -103,8 +103,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N items")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
-                   help="weights/activations dtype (a GGUF's blocks are dequantized to it; log-probs in fp32)")
+    p.add_argument("--dtype", choices=list(DTYPES), default="auto",
+                   help="weights: auto = as stored (a .gguf evaluates on its own quantized blocks; other models fp32; "
+                        "default); fp32 / bf16 = a dense copy (log-probs in fp32)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     g = p.add_argument_group("perplexity")
     g.add_argument("--seq-len", type=int, default=None, help="window length (default: the model's context)")

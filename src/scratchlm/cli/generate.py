@@ -22,7 +22,7 @@ from scratchlm.generate.streaming import stream_generate
 from scratchlm.load import LoadedModel, load_pretrained
 from scratchlm.load.tokenizers import load_tokenizer_dir
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16}  # auto: as stored (a GGUF on its blocks)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -30,11 +30,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="model: a scratchlm checkpoint dir, an HF model dir or a .gguf file")
     p.add_argument("--tokenizer", metavar="DIR", help="tokenizer dir (default: the model's own)")
     p.add_argument("--attn", choices=["reference", "sdpa"], default="sdpa", help="attention implementation")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="weights/activations dtype")
-    p.add_argument("--decode", choices=DECODE_MODES, default="fast",
-                   help="decode step: fast = packed weights, same output as the model (default); model = the "
-                        "reference forward; fast-gguf = a GGUF's own Q4_1/Q8_0 blocks (exact, fastest on GGUF "
-                        "models); fast-bf16 / fast-q8_0 / fast-q4_1 / fast-int8 = compact weights (approximate); "
+    p.add_argument("--dtype", choices=list(DTYPES), default="auto",
+                   help="weights: auto = as stored (a .gguf runs on its own quantized blocks, memory ~ the file; "
+                        "other models fp32; default); fp32 / bf16 = a dense copy in that dtype")
+    p.add_argument("--decode", choices=DECODE_MODES, default="auto",
+                   help="decode step: auto = the fastest exact one (fast-gguf on a GGUF's blocks, else fast; "
+                        "default); fast = packed weights, same output as the model; model = the "
+                        "reference forward; fast-gguf = a GGUF's own blocks (exact); fast-bf16 / fast-q8_0 / fast-q4_1 / fast-int8 = compact weights (approximate); "
                         "fast-q8_0-a8 / fast-q4_1-a8 = those blocks with 8-bit activations (llama.cpp's CPU "
                         "scheme, fastest; approximate); "
                         "compiled = torch.compile (slow warm-up); see benchmarks/RESULTS.md")

@@ -83,11 +83,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="comma-separated browser origins allowed to call the API cross-site (CORS; default: none)")
     p.add_argument("--no-access-log", action="store_true", help="do not log one line per request to stderr")
     p.add_argument("--device", default="cpu", help="torch device for the model (default cpu; e.g. cuda)")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32",
-                   help="weights/activations dtype (a GGUF's blocks are dequantized to it; default fp32)")
+    p.add_argument("--dtype", choices=list(DTYPES), default="auto",
+                   help="weights: auto = as stored (a .gguf is served from its own quantized blocks, memory ~ the "
+                        "file; other models fp32; default); fp32 / bf16 = a dense copy in that dtype")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
-    p.add_argument("--decode", choices=SERVE_DECODE_MODES, default="fast",
-                   help="decode step: fast = packed weights, same output as the model (default); model = the "
+    p.add_argument("--decode", choices=SERVE_DECODE_MODES, default="auto",
+                   help="decode step: auto = the fastest exact one (fast-gguf on a GGUF's blocks, else fast; "
+                        "default); fast = packed weights, same output as the model; model = the "
                         "reference forward; fast-int8 = int8 weight-only (approximate)")
     p.add_argument("--prefill", choices=PREFILL_MODES, default="model",
                    help="prompt prefill: model = in the model's dtype (default); bf16 = through a bf16 copy "

@@ -19,7 +19,7 @@ from scratchlm.cli.outputs import add_output_arg
 def _load(checkpoint: str):
     from scratchlm.load import load_pretrained
 
-    loaded = load_pretrained(checkpoint, keep_quantized=False)
+    loaded = load_pretrained(checkpoint, dtype=torch.float32, keep_quantized=False)
     return loaded.model, loaded.tokenizer
 
 

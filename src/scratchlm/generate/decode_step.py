@@ -1,6 +1,7 @@
 """One decode step: tokens (B, 1) at positions (B, 1) -> next-token logits (B, V), cache advanced by 1.
 
 Modes (DECODE_MODES, the `decode=` argument of the engine):
+    "auto"       the fastest exact mode for the model: "fast-gguf" on a GGUF's own blocks, else "fast"
     "model"      the model's own forward (`forward_last`): the reference path
     "fast"       generate.fast_decode.FastDecoder: the same math with re-packed weights and fewer ops
     "fast-int8"  FastDecoder with int8 weight-only matrices (torch's kernel; quantization error)
@@ -34,6 +35,7 @@ import torch
 
 from scratchlm.generate.fast_decode import FastDecoder, supports
 from scratchlm.model import TransformerLM
+from scratchlm.nn.block_linear import BlockLinear
 from scratchlm.nn.kv_cache import KVCache
 
 DecodeStep = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None", KVCache], torch.Tensor]
@@ -76,7 +78,7 @@ def check_frozen_weights(model: TransformerLM) -> None:
 
 FAST_MODES = {"fast": None, "fast-int8": "int8", "fast-bf16": "bf16", "fast-q8_0": "q8_0", "fast-q4_1": "q4_1",
               "fast-gguf": "gguf", "fast-q8_0-a8": "q8_0_a8", "fast-q4_1-a8": "q4_1_a8"}  # mode -> weight format
-DECODE_MODES = ("model", *FAST_MODES, "compiled")
+DECODE_MODES = ("auto", "model", *FAST_MODES, "compiled")
 
 
 @functools.cache
@@ -95,13 +97,28 @@ def fast_decoder(model: TransformerLM, quant: str | None = None) -> FastDecoder:
     return hit[1]
 
 
+def on_blocks(model: TransformerLM) -> bool:
+    """True when the model's matrices are ggml blocks (a GGUF loaded with dtype=None)."""
+    return any(isinstance(m, BlockLinear) for m in model.modules())
+
+
+def resolve_decode(model: TransformerLM, mode: str) -> str:
+    """"auto" -> the fastest exact mode for this model: "fast-gguf" on ggml blocks (the file's own blocks
+    through the C++ kernels), else "fast" (packed weights in the model's dtype); other modes unchanged."""
+    if mode != "auto":
+        return mode
+    return "fast-gguf" if on_blocks(model) else "fast"
+
+
 def make_decode_step(model: TransformerLM, mode: str = "model", batch_size: int | None = None) -> DecodeStep:
-    """The step function bound to `model` for a DECODE_MODES mode (ValueError on an unknown one).
+    """The step function bound to `model` for a DECODE_MODES mode (ValueError on an unknown one; "auto"
+    picks the fastest exact one, see resolve_decode).
 
     batch_size: the fixed number of rows every step will have (the engine's case), which lets "fast"
     prepare MKL-packed GEMMs for it; None when it varies step to step (the server)."""
     if mode not in DECODE_MODES:
         raise ValueError(f"unknown decode mode {mode!r}; valid: {DECODE_MODES}")
+    mode = resolve_decode(model, mode)
     if mode == "model" or (mode in FAST_MODES and not supports(model.config)):
         return functools.partial(forward_last, model)
     if mode in FAST_MODES:

@@ -72,7 +72,7 @@ def iter_decode(
     """
     check_prompts(prompts, model.config.vocab_size)
     step = make_decode_step(model, decode, batch_size=len(prompts))
-    device = model.lm_head.weight.device
+    device = model.device
     batch = left_pad(prompts, pad_id, device)
     b, p = batch.ids.shape
     check_context(p, max_new_tokens, model.config.max_seq_len)

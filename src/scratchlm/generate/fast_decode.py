@@ -80,7 +80,7 @@ class FastDecoder:
                 raise ValueError("quant='int8' needs torch's _weight_int8pack_mm kernel (torch >= 2.4); use quant=None")
         check_format_dims(c, quant)
         self.config, self.quant = c, quant
-        self.dtype = model.lm_head.weight.dtype
+        self.dtype = model.dtype
         self.h, self.kvh, self.hd = c.n_heads, c.n_kv_heads, c.head_dim
         self.embed = model.model.embed_tokens.weight.detach()
         self.positions = model.model.embed_positions  # learned/sinusoidal module or None

@@ -42,7 +42,8 @@ def bf16_copy(model: TransformerLM) -> TransformerLM:
     versions = tuple(p._version for p in model.parameters())
     hit = _bf16_copies().get(model)
     if hit is None or hit[0] != versions:
-        shadow = copy.deepcopy(model).to(torch.bfloat16).eval()
+        shared = {id(b): b for b in model.buffers() if b.dtype == torch.uint8}  # ggml blocks: shared, not copied
+        shadow = copy.deepcopy(model, shared).to(torch.bfloat16).eval()
         if hasattr(shadow, "quantized_weights"):
             del shadow.quantized_weights  # the copy is bf16: its blocks would not describe it
         hit = _bf16_copies()[model] = (versions, shadow)
@@ -54,8 +55,8 @@ def prefill(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, ma
     """Run the prompt ids (B, P) into cache slots [s, s + P); returns the last position's logits (B, V)."""
     if mode not in PREFILL_MODES:
         raise ValueError(f"unknown prefill mode {mode!r}; valid: {PREFILL_MODES}")
-    dtype = model.lm_head.weight.dtype
-    if mode == "model" or dtype != torch.float32 or model.lm_head.weight.device.type != "cpu":
+    dtype = model.dtype
+    if mode == "model" or dtype != torch.float32 or model.device.type != "cpu":
         return model(ids, positions, mask, cache, logits_to_keep=1)[:, -1]
     b, p = ids.shape
     if p > 1:  # all but the last prompt token through the bf16 copy, into the cache

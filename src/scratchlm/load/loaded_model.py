@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scratchlm.generate.decode_step import resolve_decode
 from scratchlm.model import TransformerLM
+from scratchlm.model_stats import count_parameters, weight_memory
 
 
 @dataclass
@@ -27,9 +29,16 @@ class LoadedModel:
     weight_types: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
-        """One line: what was loaded (kind, family, params, dtype, context, template, stop tokens)."""
-        params = sum(p.numel() for p in self.model.parameters())
-        dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        """One line: what was loaded (kind, family, params, weights and their memory, context, template, stop
+        tokens)."""
+        params = count_parameters(self.model)
+        memory = weight_memory(self.model)
+        dtype = str(self.model.dtype).removeprefix("torch.")
+        if memory["blocks"]:
+            dtype = (f"on the file's own blocks ({memory['blocks'] / 1e6:.1f} MB mapped + {memory['dense'] / 1e6:.1f} "
+                     f"MB {dtype}; decode {resolve_decode(self.model, 'auto')})")
+        else:
+            dtype = f"{dtype} ({memory['dense'] / 1e6:.1f} MB)"
         stored = ", ".join(f"{n} {t}" for t, n in sorted(self.weight_types.items(), key=lambda kv: -kv[1]))
         template = "the model's own" if self.chat_template else "scratchlm ChatML (the model has none)"
         stops = [self.tokenizer.decode([i]) for i in self.stop_token_ids]

@@ -44,7 +44,7 @@ def _adapter_base(path: Path) -> str:
     return base
 
 
-def from_pretrained(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = torch.float32,
+def from_pretrained(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                     progress: bool = False, **config_overrides: Any) -> TransformerLM:
     """The model alone (eval mode) from a scratchlm dir, an HF dir (Llama, Qwen, Gemma, Phi, ... GPT-2), a
     GGUF file or a PEFT adapter dir (merged into its base).
@@ -100,7 +100,7 @@ def _load_dir_kind(kind: str, path: Path, tokenizer: Any, **kw: Any) -> LoadedMo
                        generation_config.generation_config(path))
 
 
-def load_pretrained(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = torch.float32,
+def load_pretrained(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
                     tokenizer: str | Path | None = None, keep_quantized: bool = True, progress: bool = False,
                     **config_overrides: Any) -> LoadedModel:
     """Load a scratchlm checkpoint dir, an HF dir, a GGUF file or a PEFT adapter dir with its tokenizer and

@@ -110,8 +110,9 @@ def configure_logging(access_log: bool) -> None:
 
 def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
                device: str = "cpu", shutdown_timeout: float = 10.0, access_log: bool = True,
-               options: ServeOptions | None = None, dtype: torch.dtype = torch.float32) -> None:
-    """Serve the model at `checkpoint` (a scratchlm or HF model dir, or a .gguf file) in `dtype` until stopped."""
+               options: ServeOptions | None = None, dtype: torch.dtype | None = None) -> None:
+    """Serve the model at `checkpoint` (a scratchlm or HF model dir, or a .gguf file) until stopped; dtype None:
+    as stored (a GGUF on its own blocks), else a dense copy in that dtype."""
     options = options or ServeOptions()
     checkpoint = Path(checkpoint)
     if shutdown_timeout < 0:

@@ -1,7 +1,7 @@
 """Load a GGUF file (llama / qwen2 / qwen3) as a TransformerLM: on the file's own blocks, or dequantized.
 
-    model = load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", dtype=None)  # the blocks are the weights
-    model = load_gguf(path)                                           # a dense fp32 copy (training, export)
+    model = load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")              # the blocks are the weights (default)
+    model = load_gguf(path, dtype=torch.float32)                      # a dense fp32 copy (training, export)
     model = load_gguf(path, dtype=torch.bfloat16, rope_style="interleaved")   # keep llama.cpp's q/k order
 
 Steps: read the container (reader) -> HF config dict from the metadata (metadata_config) -> ModelConfig
@@ -10,10 +10,10 @@ names (tensor_names) -> llama's q/k rows put back in HF order (or, with rope_sty
 in llama.cpp's) -> the HF state-dict mapping shared with `load_hf_dir` (tied head, fused splits) -> the
 model. Every step works on raw ggml rows as well as on floats: rows of a ggml matrix are independent.
 
-dtype=None: every matrix stays in its ggml blocks (nn/block_linear.py, block_embedding.py),
+dtype=None (the default): every matrix stays in its ggml blocks (nn/block_linear.py, block_embedding.py),
 norms and biases become fp32; for the llama architecture the RoPE style defaults to "interleaved" (the
 same function: tests/interop/test_rope_interleaved.py) so q/k rows need no permuted copy. Memory is the
-file plus small tensors. dtype=torch.float32 (the default) / bfloat16: every tensor dequantized (bit-exact with ggml)
+file plus small tensors. dtype=torch.float32 / bfloat16: every tensor dequantized (bit-exact with ggml)
 and cast; `keep_quantized` then also attaches the file's blocks as `model.quantized_weights` (HF name ->
 GGMLBlocks, the tied head under both names, rows in the model's order) for decode="fast-gguf".
 """
@@ -72,7 +72,7 @@ def _block_model(path: Path, contents: GGUFContents, config: ModelConfig, arch: 
     return build_with_blocks(config, _scratchlm_order(raw, config, arch), types, path)
 
 
-def load_gguf(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = torch.float32,
+def load_gguf(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
               keep_quantized: bool = True, progress: bool = False, contents: GGUFContents | None = None,
               **config_overrides: Any) -> TransformerLM:
     """TransformerLM (eval mode) of a GGUF file, on its own blocks (dtype=None) or dequantized to `dtype`;

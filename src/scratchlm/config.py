@@ -39,7 +39,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 
 @dataclass
 class ModelConfig:
-    """Architecture of a decoder-only Transformer LM (see README "Model" for each field)."""
+    """Architecture of a decoder-only Transformer LM (see docs/model.md for each field)."""
 
     vocab_size: int = 4096
     d_model: int = 256

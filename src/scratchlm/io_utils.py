@@ -1,6 +1,6 @@
 """Safe writes: atomic files, atomic output directories, and the output guard every command uses.
 
-The rules (README "Command line"), enforced here so every command follows them the same way:
+The rules (docs/cli.md), enforced here so every command follows them the same way:
 
 1. Never write over something this run did not create. `check_output_path(path, kind, overwrite)`
    refuses a path that already holds a file or a non-empty directory unless `overwrite=True`

@@ -66,7 +66,7 @@ def add_lora_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_rollout_args(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
-    p.add_argument("--reward", default=None, help="reward function for prompt lines that name none (see README)")
+    p.add_argument("--reward", default=None, help="reward function for prompt lines that name none (see docs/post-training.md)")
     p.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="completion cap L_max")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling AND scoring temperature (> 0)")
     p.add_argument("--prompts-per-step", type=int, default=8)

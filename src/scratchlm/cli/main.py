@@ -3,7 +3,7 @@
 Each command module exposes `register(subparsers) -> None`, which adds its parser and sets
 `func=<callable(args) -> int>` as the default. Add a new command by appending its module to COMMANDS.
 
-The rules every command gets from here (README "Command line"):
+The rules every command gets from here (docs/cli.md):
 - a user error is one line on stderr, `scratchlm CMD: error: MESSAGE`, exit status 2, never a traceback:
   argparse errors, ValueError (bad values, corrupt files), KeyError, and every OSError
   (FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError, PermissionError,

@@ -35,7 +35,7 @@ NON_NEGATIVE = ("warmup_steps", "stop_at_step", "max_time_s", "min_lr", "weight_
 
 @dataclass
 class TrainConfig:
-    """A pretraining run (see README "Training" for each field)."""
+    """A pretraining run (see docs/training.md for each field)."""
 
     model_preset: str = "llama-tiny"
     model: dict[str, Any] = field(default_factory=dict)

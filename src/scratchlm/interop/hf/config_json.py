@@ -1,4 +1,4 @@
-"""Hugging Face config.json <-> ModelConfig (the per-family mappings are data in hf_families.py).
+"""Hugging Face config.json <-> ModelConfig (the per-family mappings are data in families.py).
 
 Import reads the HF fields that change the math and refuses (ValueError naming the field) anything
 scratchlm does not implement — partial rotary, quantization, unsupported layer types — so a model is never
@@ -6,10 +6,10 @@ silently wrong. Fields that only matter to training or to HF itself (dropout, us
 the family's HF code ignores are ignored.
 
 Export: the family is `config.hf_family` (set on import) when it can represent the config, else the first
-family of hf_families.EXPORT_ORDER that can; a "scratchlm" entry holds the fields HF has no slot for
+family of families.EXPORT_ORDER that can; a "scratchlm" entry holds the fields HF has no slot for
 (rope_style, attn_impl, ops_impl, ffn_multiple_of) so scratchlm -> HF -> scratchlm is exact.
 HF always pairs RoPE channels "half"-style; an "interleaved" model is exported with permuted q/k rows
-(see hf_weights.py).
+(see state_dict.py).
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """The HF families as data: per model_type, its classes, how its config.json maps onto ModelConfig fields
 (`read`), what it can represent (`fits`, a reason when not), how a ModelConfig is written back (`write`),
-and the per-layer module names that differ from ours (`renames`, HF name -> ours; see hf_weights.py).
+and the per-layer module names that differ from ours (`renames`, HF name -> ours; see state_dict.py).
 
-    model_type   HF class               reads (besides the Llama-style sizes, norms, RoPE of hf_rope.py)
+    model_type   HF class               reads (besides the Llama-style sizes, norms, RoPE of rope_config.py)
     llama        LlamaForCausalLM       attention_bias -> q/k/v/o bias, mlp_bias, hidden_act (gated FFN)
     mistral      MistralForCausalLM     sliding_window on every layer (null: none); no biases
     qwen2        Qwen2ForCausalLM       q/k/v bias (no o bias); use_sliding_window + layer_types/max_window_layers
     qwen3        Qwen3ForCausalLM       attention_bias, qk_norm per head (before RoPE), windows as qwen2
     gpt2         GPT2LMHeadModel        layernorm, mlp, learned positions, every bias, activation_function
-    gemma*       see hf_families_gemma.py
-    phi3, olmo2, granite, smollm3: see hf_families_more.py
-    mixtral, qwen3_moe, qwen2_moe (mixtures of experts): see hf_families_moe.py
+    gemma*       see families_gemma.py
+    phi3, olmo2, granite, smollm3: see families_phi_olmo_granite.py
+    mixtral, qwen3_moe, qwen2_moe (mixtures of experts): see families_moe.py
 
 Everything else that changes the math and is not read here is refused by name.
 """

@@ -11,7 +11,7 @@
                                       q/k/v bias (qkv_bias), windows on layer_types (default: even layers below
                                       max_window_layers with use_sliding_window); no QK-norm
 Experts are stored per expert on the Hub (mlp.experts.{e}.{gate,up,down}_proj.weight); scratchlm stacks
-them (E, F, D) on load and splits them again on save (hf_weights.py). router_jitter_noise (training-time
+them (E, F, D) on load and splits them again on save (state_dict.py). router_jitter_noise (training-time
 noise) is not implemented by scratchlm's trainer; it does not change the model.
 """
 

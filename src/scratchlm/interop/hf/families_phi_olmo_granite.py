@@ -1,6 +1,6 @@
 """Phi-3/Phi-4, OLMo-2, Granite and SmolLM3 (config.json <-> ModelConfig), read as transformers does.
 
-    phi3     Phi3ForCausalLM      fused qkv_proj / gate_up_proj (split on load, fused on save, hf_weights.py),
+    phi3     Phi3ForCausalLM      fused qkv_proj / gate_up_proj (split on load, fused on save, state_dict.py),
                                   partial_rotary_factor (Phi-4-mini: rotary_dim = int(head_dim * factor)),
                                   longrope (the top-level original_max_position_embeddings wins; legacy
                                   "su"/"yarn" types read as longrope), sliding_window on every layer, no biases

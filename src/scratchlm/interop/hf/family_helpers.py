@@ -1,4 +1,4 @@
-"""Helpers shared by the HF family mappings (hf_families*.py): required fields, activations, the
+"""Helpers shared by the HF family mappings (families*.py): required fields, activations, the
 Llama-style sizes every RoPE family shares, sliding-window layouts, and `unusual`, which says which
 ModelConfig feature a family cannot express.
 """

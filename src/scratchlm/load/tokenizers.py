@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scratchlm.interop.gguf.tokenizer_metadata import tokenizer_config_from_gguf, tokenizer_json_from_gguf
+from scratchlm.interop.gguf.tokenizer_metadata import pretrained_from_gguf
 from scratchlm.tokenizer import Tokenizer
-from scratchlm.tokenizer.hf_files import load_pretrained_tokenizer, pretrained_from_json
+from scratchlm.tokenizer.hf_files import load_pretrained_tokenizer
 from scratchlm.tokenizer.pipeline import TOKENIZER_JSON
 from scratchlm.tokenizer.vocab_files import META_FILE
 
@@ -33,9 +33,9 @@ def load_tokenizer_dir(directory: str | Path, prefer_hf: bool = True) -> Tokeniz
 
 
 def gguf_tokenizer(metadata: dict[str, Any]) -> Tokenizer:
-    """The tokenizer a GGUF file describes (via its tokenizer.json form), with its chat template and
-    special tokens attached."""
-    return pretrained_from_json(tokenizer_json_from_gguf(metadata), tokenizer_config_from_gguf(metadata)).tokenizer
+    """The tokenizer a GGUF file describes (byte-level BPE or llama.cpp's SentencePiece), with its chat
+    template and special tokens attached."""
+    return pretrained_from_gguf(metadata).tokenizer
 
 
 def template_source(tokenizer: Any) -> str | None:

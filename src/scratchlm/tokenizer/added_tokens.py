@@ -10,6 +10,9 @@ Flags of a match:
     special      skipped by decode(skip_special_tokens=True), and treated as text by
                  encode_ordinary (HF's `encode_special_tokens=True`); non-special added tokens are
                  always matched
+GGUF vocabularies run through llama.cpp's own matcher instead (LongestFirstVocabulary below): the tokens
+one at a time, longest first, each cutting every occurrence out of the text still left. The two differ only
+when token texts overlap or nest (`hf_form_risks`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 
 import regex
 
-from scratchlm.tokenizer.json_fields import check_fields
+from scratchlm.tokenizer.json_fields import UnsupportedTokenizerFeature, check_fields
 from scratchlm.tokenizer.normalized import NormalizedText
 from scratchlm.tokenizer.unicode_props import NEWER_THAN_ONIG, WORD_CLASS, count_leading, is_whitespace
 
@@ -149,3 +152,85 @@ class AddedVocabulary:
 
     def to_json(self) -> list[dict]:
         return [t.to_json() for t in self.tokens]
+
+
+C_SPACE = " \t\n\v\f\r"  # what C's isspace() accepts: llama.cpp's lstrip / rstrip whitespace
+EXAMPLES = 4
+
+
+class LongestFirstVocabulary(AddedVocabulary):
+    """llama.cpp's partition of a text by its special tokens (`tokenizer_st_partition`, src/llama-vocab.cpp):
+
+        for each token, longest UTF-8 text first (llama.cpp leaves equal lengths unordered; here by id):
+            for each piece still text: cut out every occurrence, leftmost first, without overlaps
+    lstrip / rstrip drop the C-isspace chars (" \\t\\n\\v\\f\\r") before / after an occurrence from the
+    neighbouring text (the token's span covers them). skip_special leaves special tokens out altogether, so a
+    non-special token inside a special token's text is still found (HF's matcher would have consumed it).
+    Only raw matching: single_word and normalized tokens are refused."""
+
+    def __init__(self, tokens: list[AddedToken], normalizer=None) -> None:
+        odd = [t.content for t in tokens if t.single_word or t.normalized]
+        if odd:
+            raise UnsupportedTokenizerFeature(f"added tokens {odd[:EXAMPLES]} are single_word or normalized; llama.cpp's "
+                                              "longest-first matching matches raw text only")
+        super().__init__(tokens, normalizer)
+        self.order = sorted(self.tokens, key=lambda t: (-len(t.content.encode("utf-8")), t.id))
+
+    def split(self, nt: NormalizedText, normalized: bool, skip_special: bool) -> list[Piece]:
+        if normalized or not nt.text:
+            return [(nt, None)] if nt.text else []
+        pieces: list[Piece] = [(nt, None)]
+        for tok in self.order:
+            if (skip_special and tok.special) or tok.content not in nt.text:
+                continue
+            cut: list[Piece] = []
+            for piece, tid in pieces:
+                cut.extend([(piece, tid)] if tid is not None else self._cut(piece, tok))
+            pieces = cut
+        return pieces
+
+    @staticmethod
+    def _cut(nt: NormalizedText, tok: AddedToken) -> list[Piece]:
+        text, content, out, done = nt.text, tok.content, [], 0
+        while (at := text.find(content, done)) >= 0:
+            start, stop = at, at + len(content)
+            while tok.lstrip and start > done and text[start - 1] in C_SPACE:
+                start -= 1
+            while tok.rstrip and stop < len(text) and text[stop] in C_SPACE:
+                stop += 1
+            if start > done:
+                out.append((nt.slice(done, start), None))
+            out.append((nt.slice(start, stop), tok.id))
+            done = stop
+        if done < len(text):
+            out.append((nt.slice(done, len(text)), None))
+        return out
+
+    def hf_form_risks(self) -> list[str]:
+        """Why HF's leftmost-longest matching (AddedVocabulary) may cut a text differently (module docstring)."""
+        texts = {t.content: t for t in self.tokens}
+        prefixes: dict[str, list[str]] = {}
+        for c in texts:
+            for k in range(1, len(c)):
+                prefixes.setdefault(c[:k], []).append(c)
+        overlap, nested = [], []
+        for c, tok in texts.items():
+            overlap += [(c, b) for k in range(1, len(c)) for b in prefixes.get(c[k:], [])
+                        if b != c and len(set(c + b)) > 1]  # runs of one char cut greedily from the left in both
+            inner = {c[i:j] for i in range(len(c)) for j in range(i + 1, len(c) + 1)} - {c}
+            nested += [(c, x) for x in inner if x in texts and tok.special and not texts[x].special]
+        out = []
+        if overlap:
+            out.append(f"T5: {len(overlap)} pairs of added tokens overlap (e.g. {overlap[:EXAMPLES]}): llama.cpp cuts the "
+                       "longer one first, HF the leftmost (llama.cpp orders equal lengths arbitrarily)")
+        if nested:
+            out.append(f"T5: {len(nested)} non-special added tokens lie inside special ones (e.g. {nested[:EXAMPLES]}): "
+                       "without special tokens llama.cpp still finds them, HF does not")
+        stripping = [t.content for t in self.tokens if t.lstrip or t.rstrip]
+        if stripping:
+            out.append(f"T6: {len(stripping)} added tokens strip whitespace (e.g. {stripping[:EXAMPLES]}): llama.cpp strips "
+                       "only ASCII whitespace (C isspace), HF all Unicode White_Space")
+        return out
+
+
+MATCHING = {"leftmost_longest": AddedVocabulary, "longest_first": LongestFirstVocabulary}

@@ -134,10 +134,20 @@ def pretrained_from_json(tokenizer_json: dict, tokenizer_config: dict | None = N
                          chat_template: str | dict[str, str] | None = None, special_tokens_map: dict | None = None,
                          impl: str = "reference") -> PretrainedTokenizer:
     """The bundle from in-memory files (tokenizer.json dict, tokenizer_config dict, template source)."""
+    return pretrained_from_parts(parts_from_dict(tokenizer_json), tokenizer_config, chat_template=chat_template,
+                                 special_tokens_map=special_tokens_map, impl=impl)
+
+
+def pretrained_from_parts(parts: Any, tokenizer_config: dict | None = None, *,
+                          chat_template: str | dict[str, str] | None = None, special_tokens_map: dict | None = None,
+                          impl: str = "reference", add_named_tokens: bool = True) -> PretrainedTokenizer:
+    """The bundle from a tokenizer's parts (hf_json.TokenizerParts) and its config. add_named_tokens=False keeps
+    named special tokens the parts do not list as added tokens out of the matching (GGUF vocabularies: llama.cpp
+    matches only the tokens typed control / user-defined / unknown)."""
     config = dict(tokenizer_config or {})
-    parts = parts_from_dict(tokenizer_json)
     named, extra = _named_tokens(config, special_tokens_map)
-    _add_missing(parts, [*named.values(), *extra])
+    if add_named_tokens:
+        _add_missing(parts, [*named.values(), *extra])
     tok = Tokenizer.from_parts(parts, impl=impl)
     names = {k: _content(v) for k, v in named.items()}
     ids = {k: tok.token_to_id(v) for k, v in names.items() if tok.token_to_id(v) is not None}

@@ -28,9 +28,11 @@ TOP_LEVEL = ("version", "truncation", "padding", "added_tokens", "normalizer", "
 
 @dataclass
 class TokenizerParts:
-    """The stages of one tokenizer (None = stage absent), as tokenizer.json lists them."""
+    """The stages of one tokenizer (None = stage absent), as tokenizer.json lists them. `added_matching`
+    picks how added tokens are found (added_tokens.MATCHING): HF's leftmost-longest scan, or llama.cpp's
+    longest-first partition (GGUF vocabularies; tokenizer.json cannot say so)."""
 
-    model: BPE
+    model: Any
     normalizer: Any = None
     pre_tokenizer: Any = None
     post_processor: Any = None
@@ -38,6 +40,7 @@ class TokenizerParts:
     added_tokens: list[AddedToken] = field(default_factory=list)
     truncation: Any = None
     padding: Any = None
+    added_matching: str = "leftmost_longest"
 
 
 def _model(d: Any) -> BPE:

@@ -5,7 +5,10 @@
     decode:  ids -> token strings -> decoder -> text
 Each stage is one module (normalizers.py, pre_tokenizers.py, byte_level.py, metaspace.py, bpe.py,
 byte_fallback.py, added_tokens.py, post_processors.py, decoders.py); tokenizer.json <-> stages in
-hf_json.py. scratchlm's own byte-level BPE is the same pipeline (gpt2_style.py); `impl="tiktoken"`
+hf_json.py. GGUF SentencePiece vocabularies run llama.cpp's stages in the same pipeline: the
+SentencePiece-BPE model by scores (sentencepiece_bpe.py), llama.cpp's longest-first added-token matching
+(added_tokens.LongestFirstVocabulary) and its token pieces as decoder (token_pieces.py); their
+tokenizer.json (to_hf_dict) is the HF form, `hf_form_risks` says where that form can differ. scratchlm's own byte-level BPE is the same pipeline (gpt2_style.py); `impl="tiktoken"`
 runs eligible byte-level tokenizers through tiktoken with the same ids (tiktoken_path.py).
 
 `encode(text)` does not add the post-processor's special tokens (add_special_tokens=False: BOS/EOS
@@ -21,7 +24,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from scratchlm.tokenizer import stream_encode, tiktoken_path, vocab_files
-from scratchlm.tokenizer.added_tokens import AddedVocabulary
+from scratchlm.tokenizer.added_tokens import MATCHING
+from scratchlm.tokenizer.bpe import BPE
 from scratchlm.tokenizer.byte_level import ByteLevel
 from scratchlm.tokenizer.decoders import decode_tokens, token_bytes
 from scratchlm.tokenizer.encoding import Encoding
@@ -30,6 +34,7 @@ from scratchlm.tokenizer.hf_json import TokenizerParts, parts_from_dict, parts_t
 from scratchlm.tokenizer.normalized import NormalizedText, text_of
 from scratchlm.tokenizer.post_processors import post_process
 from scratchlm.tokenizer.pre_tokenizers import needs_positions
+from scratchlm.tokenizer.token_pieces import TokenPieces
 
 IMPLS = ("reference", "tiktoken")
 SURROGATES = ("error", "replace")
@@ -70,7 +75,9 @@ class Tokenizer:
         self.model = parts.model
         self.normalizer, self.pre_tokenizer = parts.normalizer, parts.pre_tokenizer
         self.post_processor, self.decoder = parts.post_processor, parts.decoder
-        self.added = AddedVocabulary(parts.added_tokens, parts.normalizer)
+        if parts.added_matching not in MATCHING:
+            raise ValueError(f"added_matching={parts.added_matching!r} is not one of {sorted(MATCHING)}")
+        self.added = MATCHING[parts.added_matching](parts.added_tokens, parts.normalizer)
         self.special_token_ids = {t.content: t.id for t in self.added.tokens if t.special}
         self.special_tokens = list(self.special_token_ids)
         self.surrogates = surrogates
@@ -107,8 +114,18 @@ class Tokenizer:
         return isinstance(self.decoder, ByteLevel)
 
     def __repr__(self) -> str:
-        return (f"Tokenizer(vocab_size={self.vocab_size}, merges={len(self.model.merges)}, "
+        model = f"merges={len(self.model.merges)}" if isinstance(self.model, BPE) else type(self.model).__name__
+        return (f"Tokenizer(vocab_size={self.vocab_size}, {model}, "
                 f"specials={self.special_tokens[:8]}, impl={self.impl!r})")
+
+    def hf_form_risks(self) -> dict[str, list[str]]:
+        """Why this tokenizer's tokenizer.json (to_hf_dict) may encode ("encode") or decode ("decode") some
+        input differently when HF `tokenizers` runs it; empty lists for stages that are HF's own."""
+        out: dict[str, list[str]] = {"encode": [], "decode": []}
+        for key, stage in (("encode", self.model), ("encode", self.added), ("decode", self.decoder)):
+            if hasattr(stage, "hf_form_risks"):
+                out[key] += stage.hf_form_risks()
+        return out
 
     # -- encoding -----------------------------------------------------------------------------
     def _check_text(self, text: object) -> str:
@@ -198,10 +215,13 @@ class Tokenizer:
         lead = next((k for k in range(len(full) - len(plain) + 1) if full[k:k + len(plain)] == plain), 0)
         return full[:lead] + plain
 
-    def encode_ordinary(self, text: str) -> list[int]:
+    def encode_ordinary(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         """Encode with special tokens' strings treated as plain text (HF's encode_special_tokens=True);
-        non-special added tokens still match. Nothing is added around the text."""
-        return self._encode_one(text, True, False).ids
+        non-special added tokens still match. add_special_tokens=True applies the post-processor (BOS...)."""
+        enc = self._encode_one(text, True, False)
+        if self.post_processor is None or not add_special_tokens:
+            return enc.ids
+        return post_process(self.post_processor, [enc], True).ids
 
     def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
         """Lazily encode a stream of strings (e.g. a file's lines) as one text (see stream_encode.py)."""
@@ -231,12 +251,17 @@ class Tokenizer:
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
         """Ids -> text through the decoder; invalid UTF-8 (e.g. a cut multi-byte char) becomes U+FFFD."""
-        if self.byte_level and not skip_special_tokens:
-            return self.decode_bytes(ids).decode("utf-8", errors="replace")
+        if isinstance(self.decoder, TokenPieces) or (self.byte_level and not skip_special_tokens):
+            return self.decode_bytes(ids, skip_special_tokens=skip_special_tokens).decode("utf-8", errors="replace")
         return decode_tokens(self.decoder, self._tokens(ids, skip_special_tokens))
 
-    def decode_bytes(self, ids: Iterable[int]) -> bytes:
-        """The decoded bytes: exact for byte-level BPE; otherwise the UTF-8 of `decode`."""
+    def decode_bytes(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> bytes:
+        """The decoded bytes: exact for byte-level BPE and llama.cpp's token pieces; otherwise the UTF-8 of
+        `decode`. skip_special_tokens: llama.cpp renders special tokens as nothing; byte-level drops them."""
+        if isinstance(self.decoder, TokenPieces):
+            return self.decoder.render(self._tokens(ids, False), skip_special_tokens)
+        if skip_special_tokens:
+            return self.decode(ids, skip_special_tokens=True).encode("utf-8")
         if self.byte_level:
             table = self.vocab
             ids = [int(i) for i in ids]

@@ -1,11 +1,17 @@
-"""`tokenizer.ggml.pre` -> the pre-tokenizer regexes llama.cpp applies for it (src/llama-vocab.cpp).
+r"""`tokenizer.ggml.pre` -> the pre-tokenizer regexes llama.cpp applies for it (src/llama-vocab.cpp).
 
 A GGUF names its pre-tokenizer instead of storing it. llama.cpp splits text with a list of regexes, each
 applied to every piece the previous one produced, keeping the text between matches as pieces too: exactly
 HF's `Split(pattern, behavior="Isolated")` pre-tokenizers in a Sequence, followed by the byte-level
 alphabet (`ByteLevel(use_regex=False)`). The regexes below are llama.cpp's (its case-insensitive
 contractions spelled out as `'[sS]|...`, equivalent to HF's `(?i:'s|...)`). Some families also encode
-each pre-token that is itself a vocabulary entry as that one token (`ignore_merges`, Llama-3).
+each pre-token that is itself a vocabulary entry as that one token (`ignore_merges`, Llama-3), and some
+add a BOS when the file has no `tokenizer.ggml.add_bos_token` (`add_bos`, Llama-3 and Tekken).
+
+GPT-4o (Phi-4-mini) and Tekken (Mistral-Nemo) use llama.cpp's rewrite of the upper/lower-case classes
+(`\p{Lu}...` as "a letter that is not a-z"), which llama.cpp runs on its category-collapsed text; Python's
+`regex` runs the same pattern on the text itself, so every non-ASCII letter counts as both upper and lower
+case in both.
 """
 
 from __future__ import annotations
@@ -16,25 +22,34 @@ LLAMA3 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}
 QWEN2 = _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 QWEN35 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+"
           r"|\s+(?!\S)|\s+")
+_UPPER, _LOWER = r"((?=[\p{L}])([^a-z]))", r"((?=[\p{L}])([^A-Z]))"  # llama.cpp's spelling of [\p{Lu}...], [\p{Ll}...]
+GPT4O = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS}?|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*"
+         rf"{_CONTRACTIONS}?|\p{{N}}{{1,3}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+TEKKEN = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*|\p{{N}}"
+          r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 class PreTokenizer:
-    """llama.cpp's pre-tokenizer for one `tokenizer.ggml.pre` family: regexes in order, ignore_merges."""
+    """llama.cpp's pre-tokenizer for one `tokenizer.ggml.pre` family: regexes in order, ignore_merges, and
+    add_bos (whether a BOS is added when the file has no add_bos_token key)."""
 
-    def __init__(self, regexes: tuple[str, ...], ignore_merges: bool = False) -> None:
+    def __init__(self, regexes: tuple[str, ...], ignore_merges: bool = False, add_bos: bool = False) -> None:
         self.regexes = regexes
         self.ignore_merges = ignore_merges
+        self.add_bos = add_bos
 
 
 _FAMILIES = {
     "default": PreTokenizer((r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", r"[0-9][0-9][0-9]")),
     "gpt2": PreTokenizer((GPT2,)),
-    "llama3": PreTokenizer((LLAMA3,), ignore_merges=True),
+    "llama3": PreTokenizer((LLAMA3,), ignore_merges=True, add_bos=True),
     "dbrx": PreTokenizer((LLAMA3,)),
     "qwen2": PreTokenizer((QWEN2,)),
     "qwen35": PreTokenizer((QWEN35,)),
     "digits_gpt2": PreTokenizer((r"\p{N}", GPT2)),
     "falcon": PreTokenizer((r"[\p{P}\$\+<=>\^~\|`]+", GPT2, r"[0-9][0-9][0-9]")),
+    "gpt4o": PreTokenizer((GPT4O,)),
+    "tekken": PreTokenizer((TEKKEN,), ignore_merges=True, add_bos=True),
 }
 # tokenizer.ggml.pre value -> family (llama.cpp's llama_vocab::impl::load)
 PRE_NAMES = {
@@ -44,7 +59,10 @@ PRE_NAMES = {
     "lfm2": "llama3", "dbrx": "dbrx", "smaug-bpe": "dbrx", "qwen2": "qwen2", "deepseek-r1-qwen": "qwen2",
     "stablelm2": "qwen2", "kormo": "qwen2", "qwen35": "qwen35", "smollm": "digits_gpt2", "starcoder": "digits_gpt2",
     "refact": "digits_gpt2", "command-r": "digits_gpt2", "codeshell": "digits_gpt2", "exaone": "digits_gpt2",
-    "minerva-7b": "digits_gpt2", "falcon": "falcon",
+    "minerva-7b": "digits_gpt2", "falcon": "falcon", "gpt-4o": "gpt4o", "llama4": "gpt4o", "kanana2": "gpt4o",
+    "talkie": "gpt4o", "tekken": "tekken", "jina-v5-nano": "llama3", "mellum2": "digits_gpt2", "f2llmv2": "qwen2",
+    "megrez": "qwen2", "hunyuan": "qwen2", "solar-open": "qwen2", "grok-2": "qwen2", "granite-docling": "gpt2",
+    "exaone4": "gpt2", "a.x-4.0": "gpt2", "jina-es": "gpt2", "jina-de": "gpt2",
 }
 
 
@@ -63,7 +81,8 @@ _HF_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 # family -> the tokenizer.ggml.pre name written on export
 CANONICAL_NAMES = {"default": "default", "gpt2": "gpt-2", "llama3": "llama-bpe", "dbrx": "dbrx", "qwen2": "qwen2",
-                   "qwen35": "qwen35", "digits_gpt2": "smollm", "falcon": "falcon"}
+                   "qwen35": "qwen35", "digits_gpt2": "smollm", "falcon": "falcon", "gpt4o": "gpt-4o",
+                   "tekken": "tekken"}
 
 
 def _split_regexes(steps: list[dict]) -> tuple[str, ...] | None:

@@ -26,7 +26,7 @@ def _pair(tmp_path):
     hf = tiny_hf_model("llama", 300)
     path = write_gguf(hf, tmp_path / "m.gguf", "llama", types=TYPES, default_type="Q8_0")
     blocks = load_gguf(path, dtype=None)  # q/k rows interleaved: the dense twin keeps the same order
-    dense = load_gguf(path, keep_quantized=False, rope_style="interleaved")
+    dense = load_gguf(path, dtype=torch.float32, keep_quantized=False, rope_style="interleaved")
     for m in (blocks, dense):
         torch.manual_seed(0)
         apply_lora(m, ["q_proj", "v_proj", "down_proj"], r=4, alpha=8.0)

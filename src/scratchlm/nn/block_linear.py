@@ -15,11 +15,12 @@ import torch
 from torch import nn
 
 from scratchlm.kernels import ops
-from scratchlm.quant.block_matmul import block_linear, dequantize_rows
+from scratchlm.quant.block_matmul import Widen, block_linear, dequantize_rows
 from scratchlm.quant.blocks import GGMLBlocks
 from scratchlm.quant.dequantize import KERNEL_TYPES
 
 KERNEL_MAX_ROWS = 8  # rows of x up to which the GEMV kernel beats dequantize-and-GEMM
+DENSE_TYPES = ("F32", "F16", "BF16")  # stored values, not blocks: the C++ widening reads block types only
 
 
 class BlockLinear(nn.Module):
@@ -46,14 +47,22 @@ class BlockLinear(nn.Module):
         rows = x.numel() // max(x.shape[-1], 1)
         return (rows <= KERNEL_MAX_ROWS and x.dtype == torch.float32 and x.device.type == "cpu"
                 and self.data.device.type == "cpu" and self.ggml_type in KERNEL_TYPES and not x.requires_grad
-                and ops.native_kernels() is not None)
+                and ops.fits(self.blocks) and ops.native_kernels() is not None)
+
+    def _widen(self) -> Widen | None:
+        """The C++ kernels' widening of blocks to fp32 (the same values as quant/dequantize.py, bit for bit,
+        several times faster) where they read this type in CPU memory; None: the torch reference."""
+        mod = ops.native_kernels()
+        if mod is None or self.data.device.type != "cpu" or self.ggml_type in DENSE_TYPES or not ops.fits(self.blocks):
+            return None
+        return lambda b: ops.dequantize(mod, b)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._kernel(x):
             flat = x.reshape(-1, self.in_features).contiguous()  # (rows, in)
             y = ops.linear_blocks(ops.native_kernels(), flat, self.blocks).view(*x.shape[:-1], self.out_features)
             return y if self.bias is None else y + self.bias
-        return block_linear(x, self.blocks, None if self.bias is None else self.bias.to(x.dtype))
+        return block_linear(x, self.blocks, None if self.bias is None else self.bias.to(x.dtype), self._widen())
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, {self.ggml_type}, "

@@ -9,16 +9,22 @@ which is exactly F.linear(x, dequantize(W)) (the same dot products, each in one 
 transient of one tile instead of the whole fp32 matrix. The backward pass (for LoRA adapters trained
 on a frozen quantized base, QLoRA-style) needs only dL/dx = dL/dy @ W, computed the same way, tile by
 tile; W itself gets no gradient. Shapes: x (..., K) -> y (..., N).
+`widen(blocks) -> fp32 (rows, K)` turns a tile's blocks into values: quant/dequantize.py by default; a
+caller may pass a faster widening that gives the same values bit for bit (the C++ kernels' `dequantize`,
+nn/block_linear.py).
 """
 
 from __future__ import annotations
 
 import torch
 
+from typing import Callable
+
 from scratchlm.quant.blocks import GGMLBlocks
 from scratchlm.quant.dequantize import dequantize
 
 TILE_BYTES = 16 << 20  # fp32 bytes of one dequantized row tile (16 MiB)
+Widen = Callable[[GGMLBlocks], torch.Tensor]  # blocks -> their fp32 values (rows, K)
 
 
 def tile_rows(blocks: GGMLBlocks) -> int:
@@ -26,37 +32,44 @@ def tile_rows(blocks: GGMLBlocks) -> int:
     return max(1, TILE_BYTES // (4 * blocks.shape[1]))
 
 
-def dequantize_rows(blocks: GGMLBlocks, start: int = 0, end: int | None = None) -> torch.Tensor:
+def widen_reference(blocks: GGMLBlocks) -> torch.Tensor:
+    """The blocks' values as fp32 (rows, K): quant/dequantize.py."""
+    return dequantize(blocks.data, blocks.ggml_type, blocks.shape)
+
+
+def dequantize_rows(blocks: GGMLBlocks, start: int = 0, end: int | None = None,
+                    widen: Widen | None = None) -> torch.Tensor:
     """Rows [start, end) of W as fp32 (end - start, K)."""
     end = blocks.shape[0] if end is None else end
-    return dequantize(blocks.data[start:end], blocks.ggml_type, (end - start, blocks.shape[1]))
+    rows = GGMLBlocks(blocks.ggml_type, blocks.data[start:end], (end - start, blocks.shape[1]))
+    return (widen or widen_reference)(rows)
 
 
-def matmul_t(x: torch.Tensor, blocks: GGMLBlocks) -> torch.Tensor:
+def matmul_t(x: torch.Tensor, blocks: GGMLBlocks, widen: Widen | None = None) -> torch.Tensor:
     """x (..., K) @ W^T -> (..., N) in x's dtype, W dequantized one row tile at a time."""
     n, k = blocks.shape
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} features, the block matrix takes K = {k}")
     rows = tile_rows(blocks)
     if rows >= n:
-        return x @ dequantize_rows(blocks).to(x.dtype).t()
+        return x @ dequantize_rows(blocks, widen=widen).to(x.dtype).t()
     out = x.new_empty(*x.shape[:-1], n)
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
-        out[..., r0:r1] = x @ dequantize_rows(blocks, r0, r1).to(x.dtype).t()  # (..., r1 - r0)
+        out[..., r0:r1] = x @ dequantize_rows(blocks, r0, r1, widen).to(x.dtype).t()  # (..., r1 - r0)
     return out
 
 
-def matmul(g: torch.Tensor, blocks: GGMLBlocks) -> torch.Tensor:
+def matmul(g: torch.Tensor, blocks: GGMLBlocks, widen: Widen | None = None) -> torch.Tensor:
     """g (..., N) @ W -> (..., K) in g's dtype (the input gradient of y = x W^T), tile by tile."""
     n, k = blocks.shape
     rows = tile_rows(blocks)
     if rows >= n:
-        return g @ dequantize_rows(blocks).to(g.dtype)
+        return g @ dequantize_rows(blocks, widen=widen).to(g.dtype)
     out = None
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
-        part = g[..., r0:r1] @ dequantize_rows(blocks, r0, r1).to(g.dtype)  # (..., K)
+        part = g[..., r0:r1] @ dequantize_rows(blocks, r0, r1, widen).to(g.dtype)  # (..., K)
         out = part if out is None else out.add_(part)
     return out
 
@@ -65,16 +78,17 @@ class _BlockLinearFn(torch.autograd.Function):
     """y = x W^T with W in blocks: gradient for x only (W is frozen data, not a parameter)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, data: torch.Tensor, blocks: GGMLBlocks) -> torch.Tensor:
-        ctx.blocks = blocks
-        return matmul_t(x, blocks)
+    def forward(ctx, x: torch.Tensor, data: torch.Tensor, blocks: GGMLBlocks, widen: Widen | None) -> torch.Tensor:
+        ctx.blocks, ctx.widen = blocks, widen
+        return matmul_t(x, blocks, widen)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return matmul(grad, ctx.blocks), None, None
+        return matmul(grad, ctx.blocks, ctx.widen), None, None, None
 
 
-def block_linear(x: torch.Tensor, blocks: GGMLBlocks, bias: torch.Tensor | None = None) -> torch.Tensor:
+def block_linear(x: torch.Tensor, blocks: GGMLBlocks, bias: torch.Tensor | None = None,
+                 widen: Widen | None = None) -> torch.Tensor:
     """x (..., K) @ W^T + b -> (..., N), differentiable in x (and b); see the module docstring."""
-    y = _BlockLinearFn.apply(x, blocks.data, blocks) if x.requires_grad else matmul_t(x, blocks)
+    y = _BlockLinearFn.apply(x, blocks.data, blocks, widen) if x.requires_grad else matmul_t(x, blocks, widen)
     return y if bias is None else y + bias

@@ -46,7 +46,7 @@ def native_linear(mod: Any, lin: PackedLinear) -> Any:
     if lin.quant in A8_FORMATS:
         return ops.a8_linear(mod, lin.blocks, lin.in_scale, lin.out_scale, lin.bias)
     if lin.parts:
-        return ops.block_linear(mod, lin.parts, lin.in_scale, lin.out_scale, lin.bias)
+        return ops.block_linear(mod, lin.parts, lin.in_scale, lin.out_scale, lin.bias, a8=lin.quant == "gguf_a8")
     fmt, w = ("BF16", lin.w) if lin.quant == "bf16" else ("F32", lin.w.float())
     n, k = tuple(lin.w.shape)
     return mod.Linear([ops.FORMAT_CODES[fmt]], [w], [n], k, lin.in_scale, lin.out_scale, lin.bias)

@@ -17,6 +17,10 @@ Weight formats (`quant`, chosen by the decode mode; WEIGHT_FORMATS):
     "q8_0_a8", "q4_1_a8"  the q8_0 / q4_1 blocks, and x (after in_scale) rounded to 8 bits per 32-block
             first (quant/act_quant.py: llama.cpp's CPU scheme), then integer block dot products
             (kernels/csrc/gemv_a8.h, AVX512-VNNI where the CPU has it): y = (d q) W^T, not x W^T.
+    "gguf_a8"  the "gguf" parts, each block part times x rounded per block of its type (per 32 values, or
+            ggml's Q8_K per 256 for the K-quants and IQ4_XS: act_quant.round_act_blocks), integer dot
+            products on the blocks in place (kernels/csrc/gemv_a8_blocks.h): llama.cpp's CPU arithmetic for
+            every type. Dense parts (F32 / F16 / BF16) stay exact (fp32 x).
 The other kernel formats compute in fp32 on exactly the dequantized weights (kernels/csrc/gemv.h, blocks.h).
 Block matrices are never rescaled (that would re-round them): a norm gain g folded into "W diag(g)"
 for the dense formats is applied to x instead (x g), and an output row scale s to y (y s).
@@ -32,14 +36,16 @@ import torch
 import torch.nn.functional as F
 
 from scratchlm.kernels import ops
-from scratchlm.quant.act_quant import round_act
+from scratchlm.quant.act_quant import round_act, round_act_blocks
 from scratchlm.quant.blocks import GGMLBlocks
 from scratchlm.quant.dequantize import KERNEL_TYPES, dequantize_blocks
+from scratchlm.quant.ggml_types import ggml_type
 from scratchlm.quant.quantize import quantize_blocks
 
-WEIGHT_FORMATS = (None, "int8", "bf16", "q8_0", "q4_1", "gguf", "q8_0_a8", "q4_1_a8")
+WEIGHT_FORMATS = (None, "int8", "bf16", "q8_0", "q4_1", "gguf", "q8_0_a8", "q4_1_a8", "gguf_a8")
+OWN_BLOCK_FORMATS = ("gguf", "gguf_a8")  # the model's own blocks, part by part
 A8_FORMATS = {"q8_0_a8": "q8_0", "q4_1_a8": "q4_1"}  # 8-bit activations -> the weight blocks they read
-BLOCK_FORMATS = ("q8_0", "q4_1", "gguf", *A8_FORMATS)
+BLOCK_FORMATS = ("q8_0", "q4_1", *OWN_BLOCK_FORMATS, *A8_FORMATS)
 QUANTIZERS = {"q8_0": "Q8_0", "q4_1": "Q4_1"}  # weight format -> the ggml block type it quantizes to
 BlockSource = Callable[[torch.Tensor], "GGMLBlocks | None"]  # a weight Parameter -> its GGUF blocks
 
@@ -126,7 +132,9 @@ class PackedLinear:
         if self.in_scale is not None:
             x = x * self.in_scale
         x = x.contiguous()
-        if self.fallback is not None:
+        if self.fallback is not None and self.quant == "gguf_a8":
+            y = self.a8_parts_reference(x)
+        elif self.fallback is not None:
             y = F.linear(round_act(x) if self.quant in A8_FORMATS else x, self.fallback)
         elif self.quant in A8_FORMATS:
             if self.a8 is None:
@@ -134,7 +142,7 @@ class PackedLinear:
             y = self.a8.forward(x)
         elif self.parts:
             if self.kernel is None:
-                self.kernel = ops.block_linear(self.native, self.parts)
+                self.kernel = ops.block_linear(self.native, self.parts, a8=self.quant == "gguf_a8")
             y = self.kernel.forward(x)
         else:
             y = self.native.linear_bf16(x, self.w)
@@ -158,6 +166,16 @@ class PackedLinear:
         else:
             y = (self.w @ x.t()).t()  # (out, in) @ (in, B) -> (B, out)
         return y if self.bias is None else y + self.bias
+
+    def a8_parts_reference(self, x: torch.Tensor) -> torch.Tensor:
+        """gguf_a8 in torch: each part's F.linear on x rounded per block of its type (dense parts: x itself)."""
+        ys, row = [], 0
+        for p in self.parts:
+            w = self.fallback[row:row + p.shape[0]]
+            block = ggml_type(p.ggml_type).block_size
+            ys.append(F.linear(x if block == 1 else round_act_blocks(x, block), w))
+            row += p.shape[0]
+        return torch.cat(ys, dim=-1)
 
     def dequantized_parts(self) -> torch.Tensor:
         """The block parts' fp32 values stacked, W (out, in), no scales."""
@@ -203,7 +221,7 @@ def stacked_blocks(linears: list[torch.nn.Module], quant: str,
     q8_0/q4_1 (and their A8 formats): one matrix, each part's own blocks of that type, else quantized from
     its fp32 weight. gguf: own_parts (every type, parts kept in their own types).
     """
-    if quant == "gguf":
+    if quant in OWN_BLOCK_FORMATS:
         return own_parts(linears, source)
     ggml = QUANTIZERS[A8_FORMATS.get(quant, quant)]
     own = [source(lin.weight) if source is not None else None for lin in linears]
@@ -241,4 +259,4 @@ def packed(linears: list[torch.nn.Module], dtype: torch.dtype, quant: str | None
         w = w * gain[None, :]
     if row_scale is not None:
         w = w * row_scale[:, None]
-    return PackedLinear(w, b, dtype, None if quant == "gguf" else quant)
+    return PackedLinear(w, b, dtype, None if quant in OWN_BLOCK_FORMATS else quant)

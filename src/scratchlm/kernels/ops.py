@@ -3,7 +3,9 @@
 `native_kernels()` is the compiled module or None; callers keep a torch fallback for None (same math:
 F.linear on the dequantized fp32 matrix). The kernels take contiguous fp32 x and return fp32.
 Every ggml block type quant/dequantize.py reads has an exact kernel (fp32 x times the block widened
-exactly, kernels/csrc/blocks.h); Q8_0 and Q4_1 also have the 8-bit-activation ("A8") kernels.
+exactly, kernels/csrc/blocks.h) and an 8-bit-activation ("A8 row") kernel on the blocks in place (x rounded
+per block of the type first, integer dot products: kernels/csrc/gemv_a8_blocks.h); Q8_0 and Q4_1 also have
+the repacked 16-row-interleaved A8 kernels (gemv_a8.h).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ FORMAT_CODES = {"F32": 0, "BF16": 1, "Q8_0": 2, "Q4_1": 3, "Q8_0_A8": 4, "Q4_1_A
                 "IQ4_XS": 16}
 A8_TYPES = ("Q8_0", "Q4_1")  # the block types with 8-bit-activation kernels
 DENSE_K_MULTIPLE = 16  # F32 / F16 / BF16 rows are read 16 values at a time
+A8_ROW = 32  # matrix_ref.h: a block type's code + A8_ROW = its A8 row form
+DENSE_TYPES = ("F32", "F16", "BF16")
 
 
 def native_kernels() -> ModuleType | None:
@@ -46,11 +50,17 @@ def check_fits(blocks: GGMLBlocks) -> None:
                          f"must be a multiple of {k_multiple(blocks.ggml_type)} values")
 
 
-def linear_blocks(mod: ModuleType, x: torch.Tensor, blocks: GGMLBlocks) -> torch.Tensor:
-    """x (B, K) fp32 @ (blocks of an (N, K) matrix, any ggml type)^T -> (B, N) fp32, w widened exactly."""
+def code(type_name: str, a8: bool = False) -> int:
+    """The kernels' format code of a ggml type; a8: its A8 row form (dense types have none: they stay exact)."""
+    return FORMAT_CODES[type_name] + (A8_ROW if a8 and type_name not in DENSE_TYPES else 0)
+
+
+def linear_blocks(mod: ModuleType, x: torch.Tensor, blocks: GGMLBlocks, a8: bool = False) -> torch.Tensor:
+    """x (B, K) fp32 @ (blocks of an (N, K) matrix, any ggml type)^T -> (B, N) fp32, w widened exactly;
+    a8: the A8 row kernel instead (x rounded per block first: quant/act_quant.round_act_blocks)."""
     check_fits(blocks)
     n, k = blocks.shape
-    return mod.linear_blocks(x, blocks.data, n, k, FORMAT_CODES[blocks.ggml_type])
+    return mod.linear_blocks(x, blocks.data, n, k, code(blocks.ggml_type, a8))
 
 
 def dequantize(mod: ModuleType, blocks: GGMLBlocks) -> torch.Tensor:
@@ -62,15 +72,16 @@ def dequantize(mod: ModuleType, blocks: GGMLBlocks) -> torch.Tensor:
 
 def block_linear(mod: ModuleType, parts: tuple[GGMLBlocks, ...] | list[GGMLBlocks],
                  in_scale: torch.Tensor | None = None, out_scale: torch.Tensor | None = None,
-                 bias: torch.Tensor | None = None) -> object:
+                 bias: torch.Tensor | None = None, a8: bool = False) -> object:
     """The kernels' `Linear` over row parts stacked top to bottom, each in its own type (csrc/linear.h):
-    `.forward(x)` = ((x * in_scale) @ [W_1; W_2; ...]^T) * out_scale + bias, every W_i widened exactly."""
+    `.forward(x)` = ((x * in_scale) @ [W_1; W_2; ...]^T) * out_scale + bias, every W_i widened exactly;
+    a8: the block parts' A8 row kernels (x * in_scale rounded per block of each part's type first)."""
     for p in parts:
         check_fits(p)
     k = parts[0].shape[1]
     if any(p.shape[1] != k for p in parts):
         raise ValueError(f"stacked parts need one row length, got {[p.shape for p in parts]}")
-    return mod.Linear([FORMAT_CODES[p.ggml_type] for p in parts], [p.data for p in parts],
+    return mod.Linear([code(p.ggml_type, a8) for p in parts], [p.data for p in parts],
                       [p.shape[0] for p in parts], k, in_scale, out_scale, bias)
 
 

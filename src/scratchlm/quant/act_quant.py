@@ -12,6 +12,8 @@ difference away from it). ggml then stores d as fp16; we keep it fp32 (a little 
 A matrix in an A8 format then computes  y = (d q) @ W^T  with W the dequantized weights:
 `linear_a8` below is the pure-torch reference of the C++ kernels (kernels/csrc/gemv_a8.h), which compute
 the same value with integer block sums (tests/kernels/test_a8_kernels.py: equal to fp32 rounding).
+The K-quants (Q2_K .. Q6_K) and IQ4_XS take x rounded per 256 values instead, as ggml's Q8_K
+(`quantize_act_k` / `round_act_k`; kernels/csrc/gemv_a8_blocks.h, tests/kernels/test_a8_types.py).
 """
 
 from __future__ import annotations
@@ -48,3 +50,41 @@ def round_act(x: torch.Tensor) -> torch.Tensor:
 def linear_a8(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x (B, K) fp32, w (N, K) the dequantized weights -> (d q) @ w^T (B, N): an A8 matrix's function."""
     return F.linear(round_act(x), w)
+
+
+QK_K = 256  # values per activation block of the K-quant types (ggml's Q8_K)
+
+
+def quantize_act_k(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """ggml's Q8_K rounding (quantize_row_q8_K_ref, what its CPU backend does before a K-quant dot product):
+    x (..., K) -> (q int8 (..., K), d fp32 (..., K / 256)). Per block of 256, in fp32 with true divisions:
+        m = the first x of largest |x|,  iscale = -127 / m,  q = min(127, rne(x iscale)),  d = 1 / iscale
+    (q = 0, d = 0 where the block is all zero; d has the sign of -m). ValueError unless K % 256 == 0."""
+    if x.shape[-1] % QK_K:
+        raise ValueError(f"Q8_K activation blocks need the last dim to be a multiple of {QK_K}, got {tuple(x.shape)}")
+    xb = x.float().reshape(*x.shape[:-1], x.shape[-1] // QK_K, QK_K)  # (..., K/256, 256)
+    m = xb.gather(-1, xb.abs().argmax(dim=-1, keepdim=True))  # (..., K/256, 1): argmax takes the first maximum
+    nonzero = m != 0
+    safe_m = torch.where(nonzero, m, torch.ones_like(m))
+    iscale = torch.where(nonzero, torch.div(torch.full_like(m, -127.0), safe_m), torch.zeros_like(m))
+    q = torch.round(xb * iscale).clamp(max=127).to(torch.int8)  # torch.round: half to even, as ggml's nearest_int
+    d = torch.where(nonzero, torch.div(torch.ones_like(m), torch.where(nonzero, iscale, torch.ones_like(m))),
+                    torch.zeros_like(m))
+    return q.reshape(x.shape), d.squeeze(-1)
+
+
+def round_act_k(x: torch.Tensor) -> torch.Tensor:
+    """x (..., K) -> d q (..., K) fp32: x as the K-quant A8 kernels see it (Q8_K per 256)."""
+    q, d = quantize_act_k(x)
+    qb = q.float().reshape(*q.shape[:-1], q.shape[-1] // QK_K, QK_K)
+    return (qb * d.unsqueeze(-1)).reshape(q.shape)
+
+
+def round_act_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
+    """x rounded per `block` values the way the A8 kernels of a weight type with that block size do:
+    32 -> round_act (per-32 amax / 127), 256 -> round_act_k (ggml's Q8_K)."""
+    if block == QK:
+        return round_act(x)
+    if block == QK_K:
+        return round_act_k(x)
+    raise ValueError(f"8-bit activation blocks are {QK} or {QK_K} values, got {block}")

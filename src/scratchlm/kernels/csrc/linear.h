@@ -3,7 +3,8 @@
 // exactly as the Python PackedLinear it mirrors. W is one or more parts stacked by rows, each in its own
 // matrix_ref.h Format (a GGUF's q, k, v may be Q4_K, Q4_K, Q6_K: rows are independent, so each part runs
 // its own kernel into its rows of y). The A8 formats take the ggml blocks (Q8_0 / Q4_1) and repack them
-// once here into gemv_a8.h's 16-row-interleaved layout (one part only).
+// once here into gemv_a8.h's 16-row-interleaved layout (one part only); the A8 row formats (any block type,
+// gemv_a8_blocks.h) read the blocks in place, x rounded once per apply for all parts.
 
 #pragma once
 
@@ -42,7 +43,7 @@ struct Linear {
   }
 
   void add_part(int format, torch::Tensor w, int64_t rows, int64_t start) {
-    TORCH_CHECK(format >= F32 && format < FORMAT_END, "unknown weight format code ", format);
+    TORCH_CHECK((format >= F32 && format < FORMAT_END) || is_a8_row(format), "unknown weight format code ", format);
     TORCH_CHECK(w.device().is_cpu(), "the decode kernels run on CPU tensors");
     int64_t qk, bytes;
     block_shape(format, qk, bytes);
@@ -91,11 +92,18 @@ struct Linear {
       x = scratch.data();
     }
     if (parts.size() == 1) return parts[0].matvec(x, y, B, residual);
+    ActRows act32, act256;  // x rounded once for the A8 row parts (per 32 / per 256 values)
+    for (const auto& p : parts) {
+      if (!is_a8_row(p.format)) continue;
+      ActRows& a = act_qk(p.format) == 256 ? act256 : act32;
+      if (a.qk == 0) quantize_act_rows(x, B, K, act_qk(p.format), a);
+    }
     // one parallel region over all rows: each thread runs the parts its rows fall in
     at::parallel_for(0, N, grain(bytes() / std::max<int64_t>(N, 1)), [&](int64_t n0, int64_t n1) {
       for (size_t i = 0; i < parts.size(); ++i) {
         const int64_t s = starts[i], lo = std::max(n0, s), hi = std::min(n1, s + parts[i].N);
-        if (lo < hi) parts[i].range(x, y + s, B, residual ? residual + s : nullptr, lo - s, hi - s);
+        const ActRows* act = act_qk(parts[i].format) == 256 ? &act256 : &act32;
+        if (lo < hi) parts[i].range(x, y + s, B, residual ? residual + s : nullptr, lo - s, hi - s, act);
       }
     });
   }

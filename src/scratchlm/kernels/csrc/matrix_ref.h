@@ -3,6 +3,8 @@
 // F32 / BF16 / F16 and every ggml block type: fp32 x against exactly the dequantized W (gemv.h).
 // Q8_0_A8 / Q4_1_A8: x quantized to 8 bits per 32-block first, integer dot products (gemv_a8.h); `data`
 // then points at the repacked weights and `aux` at their fp16 scales.
+// A8_ROW + a block format: x quantized to 8 bits per block of that type, integer dot products on the ggml
+// blocks in place (gemv_a8_blocks.h).
 // Rows (groups of 16 rows for the A8 formats) are split over torch's intra-op threads (at::parallel_for).
 
 #pragma once
@@ -14,6 +16,7 @@
 
 #include "gemv.h"
 #include "gemv_a8.h"
+#include "gemv_a8_blocks.h"
 
 namespace scratchlm {
 
@@ -27,13 +30,19 @@ enum Format : int {
   IQ4_NL = 10, Q2_K = 11, Q3_K = 12, Q4_K = 13, Q5_K = 14, Q6_K = 15, IQ4_XS = 16, FORMAT_END = 17
 };
 
+constexpr int A8_ROW = 32;  // + a block format: its "A8 row" form
+
 inline bool is_a8(int format) { return format == Q8_0_A8 || format == Q4_1_A8; }
 inline bool is_dense(int format) { return format == F32 || format == BF16 || format == F16; }
+inline bool is_a8_row(int format) {
+  const int base = format - A8_ROW;
+  return base >= 0 && base < FORMAT_END && !is_dense(base) && !is_a8(base);
+}
 
 // fn(Block{}) for a block format (the A8 formats: the ggml blocks they are made from); false for a dense one.
 template <typename Fn>
 bool visit_blocks(int format, Fn&& fn) {
-  switch (format) {
+  switch (is_a8_row(format) ? format - A8_ROW : format) {
     case Q8_0: case Q8_0_A8: fn(Q8_0Block{}); return true;
     case Q4_1: case Q4_1_A8: fn(Q4_1Block{}); return true;
     case Q4_0: fn(Q4_0Block{}); return true;
@@ -57,6 +66,13 @@ inline void block_shape(int format, int64_t& qk, int64_t& bytes) {
     return;
   }
   visit_blocks(format, [&](auto blk) { qk = decltype(blk)::QK, bytes = decltype(blk)::BYTES; });
+}
+
+// The values per activation block an A8 row format rounds x by (its block size: 32 or 256).
+inline int64_t act_qk(int format) {
+  int64_t qk, bytes;
+  block_shape(format, qk, bytes);
+  return qk;
 }
 
 struct MatrixRef {
@@ -87,15 +103,24 @@ struct MatrixRef {
   // y (B, ldy) row-major; x (B, K) row-major fp32; residual (B, ldy) or null (may alias y).
   void matvec(const float* x, float* y, int64_t B, const float* residual) const {
     if (is_a8(format)) return matvec_a8(x, y, B, residual);
-    at::parallel_for(0, N, grain(row_bytes()), [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1); });
+    ActRows act;
+    if (is_a8_row(format)) quantize_act_rows(x, B, K, act_qk(format), act);
+    at::parallel_for(0, N, grain(row_bytes()),
+                     [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, &act); });
   }
 
-  // Rows [n0, n1) of y on this thread (not the A8 formats).
-  void range(const float* x, float* y, int64_t B, const float* residual, int64_t n0, int64_t n1) const {
+  // Rows [n0, n1) of y on this thread (not the interleaved A8 formats); act: x rounded for an A8 row format.
+  void range(const float* x, float* y, int64_t B, const float* residual, int64_t n0, int64_t n1,
+             const ActRows* act) const {
     const int64_t L = ldy();
+    const auto* bytes = static_cast<const uint8_t*>(data);
     for (int64_t b0 = 0; b0 < B; b0 += BATCH_TILE) {
       const int64_t nb = std::min(BATCH_TILE, B - b0);
-      rows(x, y, b0, nb, n0, n1);
+      if (is_a8_row(format)) {
+        visit_blocks(format, [&](auto blk) { a8b_rows<decltype(blk)>(*act, bytes, y, L, b0, nb, n0, n1); });
+      } else {
+        rows(x, y, b0, nb, n0, n1);
+      }
       for (int64_t b = b0; b < b0 + nb; ++b)
         for (int64_t n = n0; n < n1; ++n) y[b * L + n] = finish(y[b * L + n], b, n, residual);
     }

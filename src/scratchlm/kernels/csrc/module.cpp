@@ -24,8 +24,8 @@ torch::Tensor apply(const MatrixRef& w, const torch::Tensor& x) {
 
 // w: the matrix's bytes in `format` (ggml blocks as uint8, or a dense tensor), N rows of K values.
 MatrixRef matrix(const torch::Tensor& w, int64_t N, int64_t K, int format) {
-  TORCH_CHECK(format >= 0 && format < scratchlm::FORMAT_END && !scratchlm::is_a8(format), "not a plain weight format: ",
-              format);
+  TORCH_CHECK((format >= 0 && format < scratchlm::FORMAT_END && !scratchlm::is_a8(format)) || scratchlm::is_a8_row(format),
+              "not a plain weight format: ", format);
   int64_t qk, bytes;
   scratchlm::block_shape(format, qk, bytes);
   TORCH_CHECK(K % qk == 0, "K = ", K, " is not a multiple of the format's block (", qk, " values)");
@@ -74,6 +74,18 @@ std::tuple<torch::Tensor, torch::Tensor> quantize_act(const torch::Tensor& x) {
   return {q, d};
 }
 
+// x (B, K) fp32 -> (q int8 (B, K), d fp32 (B, K / qk)): the A8 row formats' rounding per qk = 32 or 256 values.
+std::tuple<torch::Tensor, torch::Tensor> quantize_act_blocks(const torch::Tensor& x, int64_t qk) {
+  TORCH_CHECK(qk == 32 || qk == 256, "activation blocks are 32 or 256 values, got ", qk);
+  TORCH_CHECK(x.dim() == 2 && x.size(1) % qk == 0, "x must be (B, K) with K a multiple of ", qk, ", got ", x.sizes());
+  check_x(x, x.size(1));
+  scratchlm::ActRows a;
+  scratchlm::quantize_act_rows(x.data_ptr<float>(), x.size(0), x.size(1), qk, a);
+  auto q = torch::from_blob(a.q.data(), {x.size(0), x.size(1)}, torch::kInt8).clone();
+  auto d = torch::from_blob(a.d.data(), {x.size(0), x.size(1) / qk}, torch::kFloat32).clone();
+  return {q, d};
+}
+
 bool has_vnni() {
 #ifdef SCRATCHLM_VNNI
   return true;
@@ -111,6 +123,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("simd", &simd, "the inner loops' instruction set: avx512, avx2 or portable");
   m.def("has_vnni", &has_vnni, "the A8 (8-bit activation) kernels use AVX512-VNNI");
   m.def("quantize_act", &quantize_act, "x (B, K) fp32 -> (q int8, d fp32 per 32-block)");
+  m.def("quantize_act_blocks", &quantize_act_blocks, "x (B, K) fp32, qk -> (q int8, d fp32 per qk values): A8 row rounding");
   pybind11::class_<scratchlm::Linear>(m, "Linear")
       .def(pybind11::init<std::vector<int>, std::vector<torch::Tensor>, std::vector<int64_t>, int64_t,
                           std::optional<torch::Tensor>, std::optional<torch::Tensor>, std::optional<torch::Tensor>>())

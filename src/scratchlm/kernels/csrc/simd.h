@@ -113,6 +113,16 @@ inline B16 bits_as_bytes(uint32_t m, uint8_t value) {
 }
 #endif
 
+// IQ4 indices (bytes 0..15) -> their int8 levels kvalues[q]
+inline B16 lookup_iq4(B16 q) {
+#ifdef SCRATCHLM_SSE_BYTES
+  return {_mm_shuffle_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(KVALUES_IQ4NL)), q.v)};
+#else
+  for (auto& x : q.v) x = static_cast<uint8_t>(KVALUES_IQ4NL[x & 0x0f]);
+  return q;
+#endif
+}
+
 // bit `from` of every byte moved to bit `to` (the other bits 0)
 inline B16 move_bit(B16 b, int from, int to) {
   const auto mask = static_cast<uint8_t>(1u << to);
@@ -284,6 +294,89 @@ inline VF bf16_f(const uint8_t* p) {
   }
   return r;
 }
+#endif
+
+}  // namespace scratchlm
+
+namespace scratchlm {
+
+// ---------------------------------------------------------------- integer dots (the A8 kernels)
+// VF8: 8 fp32 lanes. idot_u / idot_s: 32 weight quants (lo = values 0..15, hi = 16..31; unsigned <= 128, or
+// int8) times 32 int8 activations x: lanes 0..3 hold partial sums of lo . x[0..15] (lane j: bytes 4j..4j+3),
+// lanes 4..7 of hi . x[16..31]; exact integers (|lane| <= 4 * 128 * 127), widened to fp32 (exact).
+#if defined(SCRATCHLM_AVX512) || defined(SCRATCHLM_AVX2)
+struct VF8 {
+  __m256 v;
+};
+inline VF8 vzero8() { return {_mm256_setzero_ps()}; }
+inline VF8 vset1_8(float a) { return {_mm256_set1_ps(a)}; }
+inline VF8 vpair8(float lo, float hi) { return {_mm256_set_m128(_mm_set1_ps(hi), _mm_set1_ps(lo))}; }
+inline VF8 vfma8(VF8 a, VF8 b, VF8 c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+inline VF8 vadd8(VF8 a, VF8 b) { return {_mm256_add_ps(a.v, b.v)}; }
+inline float vsum8(VF8 a) {
+  __m128 t = _mm_add_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
+  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+inline __m256i idot_raw(__m256i w, __m256i x) {  // w unsigned bytes, x int8
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));  // pairs <= 2 * 128 * 127: no saturation
+#endif
+}
+inline VF8 idot_u(B16 lo, B16 hi, const int8_t* x) {
+  const __m256i w = _mm256_set_m128i(hi.v, lo.v), xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  return {_mm256_cvtepi32_ps(idot_raw(w, xv))};
+}
+inline VF8 idot_s(B16 lo, B16 hi, const int8_t* x) {  // |w| . (x sign(w)): the unsigned form
+  const __m256i w = _mm256_set_m128i(hi.v, lo.v), xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  return {_mm256_cvtepi32_ps(idot_raw(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w)))};
+}
+#else
+struct VF8 {
+  float v[8];
+};
+inline VF8 vset1_8(float a) {
+  VF8 r;
+  for (auto& x : r.v) x = a;
+  return r;
+}
+inline VF8 vzero8() { return vset1_8(0.f); }
+inline VF8 vpair8(float lo, float hi) {
+  VF8 r;
+  for (int j = 0; j < 8; ++j) r.v[j] = j < 4 ? lo : hi;
+  return r;
+}
+inline VF8 vfma8(VF8 a, VF8 b, VF8 c) {
+  for (int j = 0; j < 8; ++j) c.v[j] = std::fma(a.v[j], b.v[j], c.v[j]);
+  return c;
+}
+inline VF8 vadd8(VF8 a, VF8 b) {
+  for (int j = 0; j < 8; ++j) a.v[j] += b.v[j];
+  return a;
+}
+inline float vsum8(VF8 a) {
+  for (int w = 4; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) a.v[j] += a.v[j + w];
+  return a.v[0];
+}
+template <bool SIGNED_W>
+inline VF8 idot(B16 lo, B16 hi, const int8_t* x) {
+  VF8 r;
+  for (int j = 0; j < 8; ++j) {
+    const B16& w = j < 4 ? lo : hi;
+    int32_t s = 0;
+    for (int t = 0; t < 4; ++t) {
+      const uint8_t byte = b16_at(w, 4 * (j % 4) + t);
+      s += (SIGNED_W ? static_cast<int32_t>(static_cast<int8_t>(byte)) : static_cast<int32_t>(byte)) * x[4 * j + t];
+    }
+    r.v[j] = static_cast<float>(s);
+  }
+  return r;
+}
+inline VF8 idot_u(B16 lo, B16 hi, const int8_t* x) { return idot<false>(lo, hi, x); }
+inline VF8 idot_s(B16 lo, B16 hi, const int8_t* x) { return idot<true>(lo, hi, x); }
 #endif
 
 }  // namespace scratchlm

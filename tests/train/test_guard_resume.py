@@ -16,9 +16,10 @@ from scratchlm.nn.embedding import Embedding
 from scratchlm.train import loop
 from scratchlm.train import run_metrics as metrics
 from scratchlm.train.checkpoint import load_config
-from scratchlm.train.guard import DivergenceGuard, TrainingDiverged
+from scratchlm.train.guard import DivergenceGuard, LastGood, TrainingDiverged, WeightStats
 from scratchlm.train.loop import train
 from scratchlm.train.run_metrics import PeakTracker
+from scratchlm.train.train_config import TrainConfig
 from scratchlm.train.progress import TrainProgress
 from tests.train.conftest import tiny_config
 
@@ -41,11 +42,48 @@ def test_guard_rule_on_numbers():
     assert not g.spike(3 * avg) and g.spike(3 * avg + 1e-6)
     small = DivergenceGuard(3.0, ema=0.1 * 0.05, n=1)  # average 0.05: 0.2 is 4x but not 1 nat above
     assert not small.spike(0.2) and small.spike(1.06)
-    with pytest.raises(TrainingDiverged, match="loss=inf"):
-        g.check_step(3, math.inf, 1.0, 1e-3, "ckpt")
-    with pytest.raises(TrainingDiverged, match="some weights are inf/NaN"):
-        g.check_before_save(4, False, 2.0, "ckpt")
+    with pytest.raises(TrainingDiverged, match=r"loss=inf.*the last good checkpoint \(step 2\) in ckpt is intact"):
+        g.check_step(3, math.inf, 1.0, 1e-3, LastGood("ckpt", 2))
+    with pytest.raises(TrainingDiverged, match="some weights are inf/NaN.*no checkpoint was written yet"):
+        g.check_before_save(4, False, 2.0, LastGood(None))
     assert DivergenceGuard(0.0, ema=0.4, n=1).spike(1e9) is False  # 0 = off
+
+
+def test_weight_growth_rule_on_numbers():
+    saved = WeightStats(norm=10.0, max_abs=2.0, step=4)
+    assert WeightStats(30.0, 4.0, 6).growth_since(saved) == 3.0  # the larger of 30/10 and 4/2
+    assert WeightStats(11.0, 500.0, 6).growth_since(saved) == 250.0  # one exploded weight shows in max |w|
+    g = DivergenceGuard(3.0, weight_growth_factor=100.0)
+    g.check_before_save(6, True, 2.0, LastGood("ckpt", 4), WeightStats(1000.0, 200.0, 6), saved)  # exactly 100x
+    with pytest.raises(TrainingDiverged, match=r"step 6: the weights to save grew 100x since the weights saved at "
+                                               r"step 4 .*last good checkpoint \(step 4\) in ckpt is intact"):
+        g.check_before_save(6, True, 2.0, LastGood("ckpt", 4), WeightStats(1000.0, 200.1, 6), saved)
+    with pytest.raises(TrainingDiverged, match="grew 1e\\+06x since the initial weights .*no checkpoint was written"):
+        g.check_before_save(2, True, 2.0, LastGood(None), WeightStats(1e7, 1.0, 2), WeightStats(10.0, 1.0, 0))
+    DivergenceGuard(3.0, weight_growth_factor=0.0).check_before_save(  # 0 = off
+        2, True, 2.0, LastGood(None), WeightStats(1e7, 1.0, 2), WeightStats(10.0, 1.0, 0))
+    with pytest.raises(ValueError, match="weight_growth_factor must be > 1"):
+        TrainConfig(weight_growth_factor=0.5)
+
+
+def test_resume_with_absurd_lr_keeps_the_good_checkpoint_and_names_its_step(tmp_path, tokens):
+    """Issue #26: lr 1e9 after a resume moved the weights to ~1e9 while the probe loss stayed finite (every logit
+    saturated: ln V), so step 3's blown-up weights replaced the good step-2 checkpoint."""
+    cfg = tiny_config(tmp_path, max_steps=10, stop_at_step=2, ckpt_interval=1)
+    train(cfg)
+    run, ckpt = tmp_path / "run", tmp_path / "run" / "checkpoint"
+    good = (ckpt / "model.safetensors").read_bytes()
+    absurd = cfg.with_overrides({"stop_at_step": 0, "lr": 1e9})
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 3: the weights to save grew .*x since the weights "
+                                               r"saved at step 2 .*the last good checkpoint \(step 2\) in "
+                                               r".*checkpoint is intact"):
+        train(absurd, resume=True)
+    assert (ckpt / "model.safetensors").read_bytes() == good and _state(run)["trainer"]["step"] == 2
+    assert not any(p.name.startswith(".checkpoint") for p in run.iterdir())
+    unguarded = absurd.with_overrides({"weight_growth_factor": 0, "max_steps": 3})  # what happened before
+    train(unguarded, resume=True)
+    assert _state(run)["trainer"]["step"] == 3
+    assert max(float(w.abs().max()) for w in load_file(str(ckpt / "model.safetensors")).values()) > 1e6
 
 
 def test_spike_stops_before_saving_over_the_good_checkpoint(tmp_path, tokens):
@@ -53,9 +91,10 @@ def test_spike_stops_before_saving_over_the_good_checkpoint(tmp_path, tokens):
     train(cfg)
     ckpt = tmp_path / "run" / "checkpoint"
     good = (ckpt / "model.safetensors").read_bytes()
-    blow = cfg.with_overrides({"stop_at_step": 0, "lr": 30.0, "min_lr": 0.0})  # finite but absurd updates
+    # finite but absurd updates; the probe-loss rule alone (the weight-growth rule, 0 = off, would stop it too)
+    blow = cfg.with_overrides({"stop_at_step": 0, "lr": 30.0, "min_lr": 0.0, "weight_growth_factor": 0})
     with pytest.raises(TrainingDiverged, match=r"diverged at step 5: the weights to save have probe loss .* "
-                                               r"last good checkpoint in .*checkpoint is intact"):
+                                               r"last good checkpoint \(step 4\) in .*checkpoint is intact"):
         train(blow, resume=True)
     assert (ckpt / "model.safetensors").read_bytes() == good and _state(tmp_path / "run")["trainer"]["step"] == 4
     unguarded = blow.with_overrides({"spike_factor": 0, "max_steps": 8})  # the old behaviour: saves garbage

@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Pretrain a model. Any TrainConfig field can be overridden as --key=value "
                     "(model fields as --model.FIELD=value; booleans: true/false). A fresh run needs a new or empty "
                     "out_dir unless --overwrite; --keep_last=K keeps K checkpoints; --spike_factor=F stops a run "
-                    "whose loss exceeds F x its running average (0 = off).",
+                    "whose loss exceeds F x its running average (0 = off); --weight_growth_factor=G never saves weights "
+                    "grown more than G x the last saved ones (default 100; 0 = off).",
     )
     p.add_argument("--config", help="JSON file of TrainConfig fields")
     p.add_argument("--preset", help=f"training preset: {', '.join(sorted(TRAIN_PRESETS))}")

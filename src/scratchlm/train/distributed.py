@@ -79,6 +79,14 @@ def all_reduce_mean(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return value
 
 
+def all_reduce_max(value: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """The elementwise maximum of a tensor over ranks (identity in one process)."""
+    if info.enabled:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return value
+
+
 def barrier(info: DistInfo) -> None:
     if info.enabled:
         dist.barrier()

@@ -5,7 +5,9 @@ One optimizer step s (0-based):
     (MoE models add moe_aux_loss_coef * the load-balancing loss to CE, train/moe_loss.py)
     n = ||g|| (clipped to grad_clip);  the divergence guard (train/guard.py) stops the run if the loss or
     n is inf/NaN or the loss spikes (nothing saved after the last good checkpoint);  AdamW step with lr_s
-Before every checkpoint the guard also checks the weights to save (finite, probe loss not spiking).
+Before every checkpoint the guard also checks the weights to save (finite, not grown more than
+weight_growth_factor x since the last saved ones, probe loss not spiking); the previous checkpoint is
+replaced only when they pass.
 Everything a step depends on (lr, data windows, the guard's running average) is a function of s and the
 checkpointed state, and the torch, Python and numpy RNGs are seeded from `seed` and checkpointed, so
 N steps + resume + M steps gives bit-identical losses and weights to N + M steps on CPU with the same
@@ -36,7 +38,7 @@ from scratchlm.train.checkpoint import (
 from scratchlm.train.clip import clip_grad_norm, global_grad_norm
 from scratchlm.train.train_config import TrainConfig
 from scratchlm.train.data_source import DataSource, to_device
-from scratchlm.train.guard import DivergenceGuard, TrainingDiverged
+from scratchlm.train.guard import DivergenceGuard, LastGood, TrainingDiverged, WeightStats
 from scratchlm.train.losses import cross_entropy, perplexity
 from scratchlm.train.run_metrics import MetricsLog, PeakTracker, plot_loss_curve
 from scratchlm.train.moe_loss import load_balancing_loss
@@ -98,7 +100,9 @@ class Trainer:
         dtype = torch.bfloat16 if cfg.dtype == "bf16" else torch.float32
         self.peak = PeakTracker(cfg.peak_gflops, dtype, self.info.device)  # private RNG: before and after restore
         self.state = self._start_or_resume(resume)
-        self.guard = DivergenceGuard(cfg.spike_factor, self.state.loss_ema, self.state.loss_ema_steps)
+        self.guard = DivergenceGuard(cfg.spike_factor, self.state.loss_ema, self.state.loss_ema_steps,
+                                     cfg.weight_growth_factor)
+        self.saved_weights = self._weight_stats()  # the resumed checkpoint's, or the initial weights
         self._last_batch: tuple[torch.Tensor, torch.Tensor] | None = None
         # compile=true compiles forward *and* loss as one graph: inductor fuses the (B*T, V) log-softmax
         # with the LM head's output instead of materialising fp32 logits (1.6x faster than compiling the
@@ -182,7 +186,7 @@ class Trainer:
         norm = clip_grad_norm(params, cfg.grad_clip) if cfg.grad_clip > 0 else global_grad_norm(params)
         loss_value = float(D.all_reduce_mean(total, self.info))
         try:
-            self.guard.check_step(step, loss_value, float(norm), lr, self._last_checkpoint())
+            self.guard.check_step(step, loss_value, float(norm), lr, self._last_checkpoint)
         except TrainingDiverged:
             self.optimizer.zero_grad(set_to_none=True)
             raise
@@ -219,15 +223,29 @@ class Trainer:
         ok = torch.stack([p.detach().isfinite().all() for p in local]).all().float()
         return bool(D.all_reduce_mean(ok, self.info) == 1)
 
-    def _last_checkpoint(self) -> str | None:
+    @torch.no_grad()
+    def _weight_stats(self) -> WeightStats:
+        """L2 norm (fp64 sum of squares) and max |w| over all parameters (FSDP: over every rank's shards)."""
+        local = [p.to_local() if hasattr(p, "to_local") else p for p in self.raw_model.parameters()]
+        local = [p.detach() for p in local if p.numel()]
+        sq = torch.stack([p.double().square().sum() for p in local]).sum()
+        top = torch.stack([p.abs().max().double() for p in local]).max()
+        sharded = self.cfg.fsdp and self.info.enabled
+        sq = D.all_reduce_mean(sq, self.info) * (self.info.world_size if sharded else 1)
+        return WeightStats(float(sq.sqrt()), float(D.all_reduce_max(top, self.info)), self.state.step)
+
+    def _last_checkpoint(self) -> LastGood:
         ckpt = find_checkpoint(self.out)
-        return str(ckpt) if ckpt is not None else None
+        if ckpt is None:
+            return LastGood(None)
+        return LastGood(str(ckpt), read_state_json(ckpt)["trainer"]["step"])
 
     def save(self) -> Path:
         """Checkpoint on rank 0 (FSDP: every rank takes part in gathering the full weights), after the
-        divergence guard passed the weights (train/guard.py)."""
+        divergence guard passed the weights (train/guard.py); the previous checkpoint is replaced only then."""
+        weights = self._weight_stats()
         self.guard.check_before_save(self.state.step, self._weights_finite(), self._probe_loss(),
-                                     self._last_checkpoint())
+                                     self._last_checkpoint, weights, self.saved_weights)
         self.state.loss_ema, self.state.loss_ema_steps = self.guard.ema, self.guard.n
         self.state.data_position = self.data.position()
         model = self._full_model()
@@ -236,6 +254,7 @@ class Trainer:
             save_checkpoint(self.out, model, optimizer_state, self.state, self.cfg.to_dict(),
                             self.cfg.tokenizer_dir or None, keep_last=self.cfg.keep_last)
         D.barrier(self.info)
+        self.saved_weights = weights
         return self.out / "checkpoint"
 
     def _full_model(self) -> TransformerLM | None:

@@ -30,7 +30,7 @@ CHOICES = {
 POSITIVE_INTS = ("batch_size", "seq_len", "grad_accum", "max_steps", "eval_interval", "eval_batches",
                  "ckpt_interval", "log_interval", "keep_last")
 NON_NEGATIVE = ("warmup_steps", "stop_at_step", "max_time_s", "min_lr", "weight_decay", "grad_clip", "z_loss",
-                "peak_gflops", "num_threads", "seed", "spike_factor")
+                "peak_gflops", "num_threads", "seed", "spike_factor", "weight_growth_factor")
 
 
 @dataclass
@@ -75,6 +75,7 @@ class TrainConfig:
     ckpt_interval: int = 500
     keep_last: int = 1  # checkpoints kept: OUT/checkpoint + the newest keep_last - 1 as OUT/checkpoint-STEP
     spike_factor: float = 3.0  # divergence guard: stop when loss > factor x running average (0 = off)
+    weight_growth_factor: float = 100.0  # divergence guard: never save weights grown > factor x the last saved (0 = off)
     log_interval: int = 10
     peak_gflops: float = 0.0
     num_threads: int = 0
@@ -116,6 +117,9 @@ class TrainConfig:
         if 0 < self.spike_factor <= 1:
             raise ValueError(f"TrainConfig.spike_factor must be > 1 (a multiple of the running loss) or 0 (off), "
                              f"got {self.spike_factor}")
+        if 0 < self.weight_growth_factor <= 1:
+            raise ValueError(f"TrainConfig.weight_growth_factor must be > 1 (a multiple of the last saved weights' "
+                             f"size) or 0 (off), got {self.weight_growth_factor}")
         if not isinstance(self.model, dict):
             raise ValueError(f"TrainConfig.model must be a dict of ModelConfig overrides, got {self.model!r}")
 

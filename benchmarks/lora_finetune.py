@@ -13,7 +13,7 @@ median step time, trainable parameters, optimizer-state bytes and the peak RSS w
 reset after loading, so the loaders' own peaks do not count; they are reported apart), plus the ratios
 lora / full and scratchlm / hf. Waits for a quiet machine before each timed setting. Prints ONE JSON object.
 
-    flock /work/heavy.lock env PYTHONPATH=src /work/venv/bin/python benchmarks/lora_finetune.py
+    .venv/bin/python benchmarks/lora_finetune.py            (add --steps 1 --warmup 0 --quiet-timeout 0 to smoke-test)
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # quiet.py
+sys.path.insert(0, str(HERE.parent / "tests"))  # the real-model fixture's locator, smollm2_fixture.py
 SETTINGS = ("scratchlm-full", "scratchlm-lora", "hf-full", "hf-lora")
 
 
@@ -49,11 +51,10 @@ def scratchlm_step_fn(args):
     from scratchlm.nn.lora import apply_lora
     from scratchlm.train.losses import cross_entropy
 
-    sys.path.insert(0, str(HERE))
-    from smollm2_fixture import fixture_path
+    from smollm2_fixture import locate_smollm2
 
     fast = {"attn_impl": "sdpa", "ops_impl": "fused"} if args.fast else {}
-    loaded = load_pretrained(fixture_path(), keep_quantized=False, **fast)
+    loaded = load_pretrained(locate_smollm2(), dtype=torch.float32, keep_quantized=False, **fast)
     model = loaded.model.train()
     if args.setting.endswith("lora"):
         apply_lora(model, args.targets.split(","), args.rank, 2.0 * args.rank)
@@ -74,10 +75,9 @@ def hf_step_fn(args):
     from scratchlm.interop.hf.model_dir import save_pretrained
     from scratchlm.load import load_pretrained
 
-    sys.path.insert(0, str(HERE))
-    from smollm2_fixture import fixture_path
+    from smollm2_fixture import locate_smollm2
 
-    loaded = load_pretrained(fixture_path(), keep_quantized=False)
+    loaded = load_pretrained(locate_smollm2(), dtype=torch.float32, keep_quantized=False)
     with tempfile.TemporaryDirectory() as tmp:
         save_pretrained(loaded.model, tmp)
         del loaded.model
@@ -123,7 +123,6 @@ def run_one(args) -> dict:
     after_load = rss_mb("VmRSS")
     for _ in range(args.warmup):
         step()
-    sys.path.insert(0, str(HERE))
     from quiet import wait_quiet
 
     load = wait_quiet(timeout_s=args.quiet_timeout) if args.quiet_timeout > 0 else None

@@ -2,7 +2,9 @@
 
 For each type (F32, F16, BF16 and every block type quant/dequantize.py reads) and two decode-sized matrices
 (N x K = 2048 x 8192, a down projection's long rows, and 8192 x 2048), ours is `ops.linear_blocks` on one
-fp32 row (the kernel `decode="fast-gguf"` runs per matrix: W widened exactly, fp32 FMAs); the peer is the
+fp32 row (the kernel `decode="fast-gguf"` runs per matrix: W widened exactly, fp32 FMAs) and, for the block
+types, its A8 row form (`a8=True`: x rounded to 8 bits per block, integer dot products; the "gguf_a8"
+format) as ours_a8_gb_s; the peer is the
 machine's read rate for the same number of bytes: torch.sum over a float32 buffer of that size. The blocks
 are llama.cpp's quantization of a Gaussian matrix (64 rows quantized, tiled to N: the speed does not depend
 on the values); enough copies are made that one round reads > --mb MB (the L3 cache never holds them, so
@@ -10,8 +12,8 @@ every call streams from DRAM as a decode step does), and each round calls every 
 reduction alike. Both on --threads threads. Every measurement waits for a quiet machine first
 (benchmarks/quiet.py) and takes the best of --repeats rounds; ratio = ours / reduction GB/s, same run.
 Prints one JSON object:
-  {"types": {T: {"2048x8192": {"ours_gb_s", "sum_gb_s", "ratio", "us_per_call"}, "8192x2048": {...},
-   "ratio_min"}}, "threads", "simd", "torch", "quiet": {...}}
+  {"types": {T: {"2048x8192": {"ours_gb_s", "sum_gb_s", "ratio", "us_per_call", "ours_a8_gb_s", "ratio_a8"},
+   "8192x2048": {...}, "ratio_min"}}, "threads", "simd", "torch", "quiet": {...}}
     python benchmarks/gemv_types.py [--types Q4_K,Q6_K] [--repeats 5] [--mb 192] [--threads 2]
 """
 
@@ -78,8 +80,12 @@ def measure(mod, type_name: str, n: int, k: int, target_mb: float, repeats: int,
     t_sum = best_round_s(lambda b: b.sum(), sums, repeats, stats)
     t_ours = best_round_s(lambda m: ops.linear_blocks(mod, x, m), mats, repeats, stats)
     ours, peer = nbytes / t_ours / 1e9, nbytes / t_sum / 1e9
-    return {"ours_gb_s": round(ours, 2), "sum_gb_s": round(peer, 2), "ratio": round(ours / peer, 3),
-            "us_per_call": round(t_ours * 1e6, 1), "mb": round(nbytes / 2**20, 2)}
+    row = {"ours_gb_s": round(ours, 2), "sum_gb_s": round(peer, 2), "ratio": round(ours / peer, 3),
+           "us_per_call": round(t_ours * 1e6, 1), "mb": round(nbytes / 2**20, 2)}
+    if type_name not in DENSE:
+        t_a8 = best_round_s(lambda m: ops.linear_blocks(mod, x, m, a8=True), mats, repeats, stats)
+        row.update(ours_a8_gb_s=round(nbytes / t_a8 / 1e9, 2), ratio_a8=round(nbytes / t_a8 / 1e9 / peer, 3))
+    return row
 
 
 def main() -> None:
@@ -101,6 +107,8 @@ def main() -> None:
     for t in args.types.split(","):
         row = {f"{n}x{k}": measure(mod, t, n, k, args.mb, args.repeats, stats) for n, k in SHAPES}
         row["ratio_min"] = min(v["ratio"] for v in row.values())
+        if t not in DENSE:
+            row["ratio_a8_min"] = min(v["ratio_a8"] for k, v in row.items() if k != "ratio_min")
         out[t] = row
         print(t, json.dumps(row), file=sys.stderr, flush=True)
     print(json.dumps({"types": out, "threads": args.threads, "simd": mod.simd(), "torch": torch.__version__,

@@ -87,26 +87,42 @@ inline void a8b_tile(const ActRows& a, const uint8_t* w, float* y, int64_t ldy, 
       for (int64_t o = 0; o < Block::BYTES; o += 64) prefetch(blk + 2 * NR * row_bytes + o);
       Block::prepare(blk, sc[r]);
     }
-    VF8 part[NR][NB][2];  // two chains: even and odd chunks
+    VF8 part[NR][NB];  // sum_g s_g isum_g of this block, lanes in group_sums' order
     for (int r = 0; r < NR; ++r)
-      for (int b = 0; b < NB; ++b) part[r][b][0] = part[r][b][1] = vzero8();
-#pragma GCC unroll 8
-    for (int c = 0; c < static_cast<int>(Block::QK / 32); ++c) {
+      for (int b = 0; b < NB; ++b) part[r][b] = vzero8();
+    if constexpr (G == 16) {  // 8 chunks: 4 at a time, their 8 groups' integer sums in one vector
+#pragma GCC unroll 2
+      for (int k = 0; k < 2; ++k) {
+        VI8 dots[NR][NB][4];
+#pragma GCC unroll 4
+        for (int cc = 0; cc < 4; ++cc) {
+          const int c = 4 * k + cc;
+          for (int r = 0; r < NR; ++r) {
+            B16 lo, hi;
+            Block::quants(w + (n + r) * row_bytes + i * Block::BYTES, c, lo, hi);
+            for (int b = 0; b < NB; ++b)
+              dots[r][b][cc] = idot<Block::SIGNED>(lo, hi, a.q.data() + (b0 + b) * K + i * Block::QK + 32 * c);
+          }
+        }
+        for (int r = 0; r < NR; ++r) {
+          const VF8 s = vload8_eo(sc[r] + 8 * k);
+          for (int b = 0; b < NB; ++b)
+            part[r][b] = vfma8(group_sums(dots[r][b][0], dots[r][b][1], dots[r][b][2], dots[r][b][3]), s, part[r][b]);
+        }
+      }
+    } else {  // a 32-value block: one scale for both groups
       for (int r = 0; r < NR; ++r) {
         B16 lo, hi;
-        Block::quants(w + (n + r) * row_bytes + i * Block::BYTES, c, lo, hi);
-        const VF8 s = vpair8(sc[r][2 * c], sc[r][2 * c + 1]);
-        for (int b = 0; b < NB; ++b) {
-          const int8_t* xq = a.q.data() + (b0 + b) * K + i * Block::QK + 32 * c;
-          const VF8 dot = Block::SIGNED ? idot_s(lo, hi, xq) : idot_u(lo, hi, xq);
-          part[r][b][c & 1] = vfma8(dot, s, part[r][b][c & 1]);
-        }
+        Block::quants(w + (n + r) * row_bytes + i * Block::BYTES, 0, lo, hi);
+        for (int b = 0; b < NB; ++b)
+          part[r][b] = vmul8(vcvt8(idot<Block::SIGNED>(lo, hi, a.q.data() + (b0 + b) * K + i * Block::QK)),
+                             vset1_8(sc[r][0]));
       }
     }
     for (int r = 0; r < NR; ++r)
       for (int b = 0; b < NB; ++b) {
         const float dx = a.d[(b0 + b) * nblk + i];
-        acc[r][b] = vfma8(vadd8(part[r][b][0], part[r][b][1]), vset1_8(dx), acc[r][b]);
+        acc[r][b] = vfma8(part[r][b], vset1_8(dx), acc[r][b]);
         const float* xs = a.xs.data() + (b0 + b) * (K / 16) + i * G;
         if constexpr (G == 16) {
           tacc[r][b] = vfma(vload(sc[r] + 16), vload(xs), tacc[r][b]);

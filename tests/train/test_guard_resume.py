@@ -4,6 +4,7 @@ progress bar totals, and 2-thread determinism of training (each a regression tes
 import json
 import math
 import random
+import re
 
 import numpy as np
 import pytest
@@ -192,17 +193,31 @@ def test_mfu_of_a_measured_peak_never_exceeds_one(monkeypatch):
 
 
 def test_time_budget_bar_counts_seconds_and_never_jumps(tmp_path, tokens, monkeypatch):
-    totals = []
+    """Issue #26: quickstart's bar showed an estimated step total (~2000, then ~58, then ~66). A time-budget bar
+    shows only what is known: elapsed / budget seconds, the steps done (no total), loss and tok/s."""
+    totals, shown = [], []
 
     class Recording(TrainProgress):
         def advance(self, step, total_steps, elapsed_s):
             super().advance(step, total_steps, elapsed_s)
             totals.append(self.bar.total)
+            shown.append((step, total_steps, str(self.bar)))
+
+    estimates = iter([58, 66])  # the issue's sizes, independent of this machine's speed
+
+    def fix_budget(self, steps_done, seconds):
+        self.state.total_steps = next(estimates)
 
     monkeypatch.setattr(loop, "TrainProgress", Recording)
-    result = train(tiny_config(tmp_path, max_steps=200, max_time_s=60.0, eval_interval=1000, ckpt_interval=1000,
-                               log_interval=50, stop_at_step=40))
-    assert result.step == 40 and set(totals) == {60}  # the schedule was re-sized at 25 steps; the bar was not
+    monkeypatch.setattr(loop.Trainer, "_fix_budget", fix_budget)
+    result = train(tiny_config(tmp_path, max_steps=2000, warmup_steps=3, max_time_s=600.0, eval_interval=1000,
+                               ckpt_interval=1000, log_interval=10, progress=True))
+    assert result.step == 66 and set(totals) == {600}  # re-sized at 25 and 50 steps; the bar was not
+    assert [t for _, t, _ in shown][::25] == [2000, 58, 66]  # the estimate moved as in the issue
+    for step, _, text in shown:
+        assert re.search(r"\b\d+/600s\b", text) and f"step={step}" in text, text  # elapsed/budget, steps done
+        assert "~" not in text and not re.search(rf"step={step}/", text), text  # no estimated total
+    assert "tok_s=" in shown[-1][2] and "loss=" in shown[-1][2]
     steps = TrainProgress(120, 0, None, enabled=False)
     steps.advance(1, 120, 0.1)
     assert steps.bar.total == 120

@@ -1,9 +1,9 @@
 """The training progress bar: steps, or for a fresh time-budget run the seconds of the budget.
 
 A step bar's total is the schedule's length, known up front. A time-budget run (max_time_s) sizes its
-schedule from the measured step time after ~25 steps and again a fifth of the way in, so a step total
-would jump (2000 -> 136 -> 234, with a first ETA of 1:29:01); its bar counts seconds of the budget
-instead, whose ETA is exact from the start, and shows the step count (~estimated total) beside it.
+schedule from the measured step time after ~25 steps and again a fifth of the way in, so any step total
+would jump (2000 -> 58 -> 66; a first ETA of 1:29:01). Its bar shows only what is known: seconds elapsed
+of the budget (the bar, exact ETA), the steps done so far (no total) and the measured loss / tok/s.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class TrainProgress:
         """One optimizer step done (`step` completed of `total_steps`, `elapsed_s` into the run)."""
         if self.budget_s:
             self.bar.n = min(elapsed_s, self.budget_s)
-            self.show(step=f"{step}/~{total_steps}")
+            self.show(step=str(step))  # steps done; the schedule's length is an estimate that moves
         else:
             self.bar.total = total_steps
             self.bar.update(1)

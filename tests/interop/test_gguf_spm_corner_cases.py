@@ -82,6 +82,8 @@ def test_equal_scores_go_to_the_leftmost_pair_and_the_check_says_hf_differs(tmp_
     assert any(r.startswith("T1") for r in tok.hf_form_risks()["encode"])
     hf = HFTokenizer.from_str(json.dumps(tokenizer_json_from_gguf(read_gguf(path).metadata)))
     assert hf.encode("abc", add_special_tokens=False).ids == [a, bc]  # the disagreement the check names
+    with pytest.warns(UserWarning, match="T1: 2 tokens"):
+        tok.save_hf_json(tmp_path / "tokenizer.json")
 
 
 def test_a_char_that_is_not_a_token_still_merges(tmp_path):

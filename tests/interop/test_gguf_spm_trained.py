@@ -82,6 +82,8 @@ def test_trained_vocab_matches_llama_cpp_and_hf_tokenizers(tmp_path, trained, te
                 assert ids == ours(tok, text, add_bos, special), (text, add_bos, special)
         ids = tok.encode(text)
         assert hf.decode(ids, skip_special_tokens=False) == tok.decode(ids), text
+    lines = [t + "\n" for t in texts]
+    assert list(tok.encode_iterable(lines)) == tok.encode("".join(lines))
 
 
 def test_config_bos_eos_defaults_and_the_loader_entry_point(tmp_path, trained):

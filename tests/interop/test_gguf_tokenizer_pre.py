@@ -14,7 +14,8 @@ from spm_helpers import CORPUS, LlamaCpp, random_texts, write_metadata_gguf
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # the names llama.cpp gives Phi-4-mini (gpt-4o), Phi-4 / OLMo-2 / Granite 4 (dbrx), Granite 3 (refact),
 # Mistral-Nemo (tekken), Llama-3 (llama-bpe), Qwen2 (qwen2), SmolLM (smollm), and aliases of those regexes
-NAMES = ["gpt-4o", "llama4", "tekken", "dbrx", "refact", "llama-bpe", "qwen2", "smollm", "hunyuan", "mellum2",
+# (llama4, kanana2, talkie: gpt-4o's regex, not run again: llama.cpp runs it slowly)
+NAMES = ["gpt-4o", "tekken", "dbrx", "refact", "llama-bpe", "qwen2", "smollm", "hunyuan", "mellum2",
          "granite-docling"]
 CASES = ["HelloWorld camelCase snake_case SCREAMING_CASE ÉCOLE école ÀÉÎõü ǅungla", "I'M you're THEY'LL we'd it's",
          "path/to/file.txt\n/usr/bin//x", "1234567 12 3.14159 ٣٤٥٦", "a  b   c\n\n\nd\t\te \r\n f",
@@ -40,7 +41,7 @@ def test_pre_tokenizer_names_match_llama_cpp(tmp_path, byte_level_bpe, pre):
     tok = pretrained_from_gguf(read_gguf(path).metadata).tokenizer
     ref = LlamaCpp(path)
     try:
-        for text in CORPUS + CASES + random_texts("aA É'sS/1 \n\tx中😀.", 60, seed=2):
+        for text in CORPUS + CASES + random_texts("aA É'sS/1 \n\tx中😀.", 40, seed=2):
             assert tok.encode(text) == ref.tokenize(text, False, True), (pre, text)
             assert tok.encode_ordinary(text) == ref.tokenize(text, False, False), (pre, text)
     finally:

@@ -94,6 +94,9 @@ class AddedVocabulary:
         # a normalized token is matched in its normalized form (HF's normalized_cache)
         self.pattern_of = {t.id: (normalizer.normalize(NormalizedText(t.content)).text if t.normalized and normalizer
                                   else t.content) for t in self.tokens}
+        self._build_matchers()
+
+    def _build_matchers(self) -> None:
         self._raw = self._matcher([t for t in self.tokens if not t.normalized])
         self._norm = self._matcher([t for t in self.tokens if t.normalized])
 
@@ -174,14 +177,26 @@ class LongestFirstVocabulary(AddedVocabulary):
             raise UnsupportedTokenizerFeature(f"added tokens {odd[:EXAMPLES]} are single_word or normalized; llama.cpp's "
                                               "longest-first matching matches raw text only")
         super().__init__(tokens, normalizer)
-        self.order = sorted(self.tokens, key=lambda t: (-len(t.content.encode("utf-8")), t.id))
+        order = sorted(self.tokens, key=lambda t: (-len(t.content.encode("utf-8")), t.id))
+        self._by_head: dict[str, list[tuple[int, AddedToken]]] = {}  # first two chars -> (rank, token)
+        for rank, t in enumerate(order):
+            self._by_head.setdefault(t.content[:2], []).append((rank, t))
+
+    def _build_matchers(self) -> None:
+        self._raw = self._norm = None  # split() below needs no regex (large vocabularies compile slowly)
+
+    def _candidates(self, text: str) -> list[AddedToken]:
+        """The tokens in `text`, in matching order (found through their first two chars)."""
+        heads = set(text) | {text[i:i + 2] for i in range(len(text) - 1)}
+        hits = [h for head in heads for h in self._by_head.get(head, ())]
+        return [t for _, t in sorted(hits, key=lambda h: h[0]) if t.content in text]
 
     def split(self, nt: NormalizedText, normalized: bool, skip_special: bool) -> list[Piece]:
         if normalized or not nt.text:
             return [(nt, None)] if nt.text else []
         pieces: list[Piece] = [(nt, None)]
-        for tok in self.order:
-            if (skip_special and tok.special) or tok.content not in nt.text:
+        for tok in self._candidates(nt.text):
+            if skip_special and tok.special:
                 continue
             cut: list[Piece] = []
             for piece, tid in pieces:

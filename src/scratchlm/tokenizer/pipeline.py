@@ -20,6 +20,7 @@ own tokenizers, kept for compatibility).
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -277,6 +278,11 @@ class Tokenizer:
         return parts_to_dict(self.parts)
 
     def save_hf_json(self, path: str | Path) -> None:
+        """Write `to_hf_dict()`; a warning names the texts HF may then tokenize differently (hf_form_risks)."""
+        risks = self.hf_form_risks()["encode"]
+        if risks:
+            warnings.warn(f"{path} holds the HF form of this tokenizer, which can tokenize some texts differently: "
+                          + "; ".join(risks), stacklevel=2)
         write_tokenizer_json(self.to_hf_dict(), path)
 
     def save(self, directory: str | Path) -> None:

@@ -81,7 +81,7 @@ def encode_stream_chunks(tok: Any, iterable: Iterable[str]) -> Iterator[list[int
     """Yield lists of ids of ''.join(iterable), holding at most ~BUFFER_CHARS (+ one item) of text when
     the pipeline allows safe cuts (see module docstring)."""
     pattern = stream_safe(tok)
-    matcher = tok.added.matcher_regex()
+    matcher = tok.added.matcher_regex() if pattern is not None else None  # (cuts need it; whole texts do not)
     max_special = tok.added.max_len
     buf = ""
     for piece in iterable:

@@ -21,6 +21,7 @@
 
 #include "blocks.h"
 #include "gemv_a8.h"
+#include "simd_dot.h"
 
 namespace scratchlm {
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import llama_cpp
 import pytest
 from tokenizers import Tokenizer as HFTokenizer
 
@@ -106,3 +107,26 @@ def test_config_bos_eos_defaults_and_the_loader_entry_point(tmp_path, trained):
     finally:
         ref.close()
     assert tok.chat_template is not None and tok.special_token_ids["<s>"] == 1
+
+
+def test_stop_ids_are_llama_cpps_end_of_generation_set(tmp_path):
+    """stop_token_ids_from_gguf = the tokens llama.cpp's llama_vocab_is_eog says end a generation (Gemma's
+    <end_of_turn> without an eot id in the file, <|endoftext|> beside <|im_end|>, the eos), eos first."""
+    from spm_helpers import base_vocab
+
+    tokens, scores, types = base_vocab()
+    extra_tokens = ["<start_of_turn>", "<end_of_turn>", "<|im_end|>", "<|endoftext|>", "▁a", "▁b"]
+    tokens += extra_tokens
+    scores += [0.0, 0.0, 0.0, 0.0, -1.0, -2.0]
+    types += [CONTROL, CONTROL, USER_DEFINED, CONTROL, 1, 1]
+    path = write_spm_gguf(tmp_path / "eog.gguf", tokens, scores, types, name="gemma-like")
+    metadata = read_gguf(path).metadata
+    ref = LlamaCpp(path)
+    try:
+        vocab = ref.llm._model.vocab
+        want = {i for i in range(len(tokens)) if llama_cpp.llama_vocab_is_eog(vocab, i)}
+    finally:
+        ref.close()
+    got = stop_token_ids_from_gguf(metadata)
+    assert got[0] == 2 and set(got) == want and len(got) == len(want)
+    assert {tokens[i] for i in got} == {"</s>", "<end_of_turn>", "<|im_end|>", "<|endoftext|>"}

@@ -68,8 +68,8 @@ def _auto_ids(tokens: list[str], attrs: list[int], ids: dict[str, int | None]) -
             attrs[found[0]] |= A_CONTROL
 
 
-def _eog_rules(tokens: list[str], attrs: list[int], ids: dict[str, int | None]) -> None:
-    """Rules 3-5 (module docstring) on the end-of-generation set llama.cpp keeps."""
+def _eog_rules(tokens: list[str], attrs: list[int], ids: dict[str, int | None]) -> set[int]:
+    """Rules 3-5 (module docstring) on the end-of-generation set llama.cpp keeps; returns that set."""
     eog = {ids[k] for k in ("fim_pad_token_id", "fim_rep_token_id", "fim_sep_token_id") if ids.get(k) is not None}
     for i, t in enumerate(tokens):
         if t in EOG_TEXTS:
@@ -82,8 +82,20 @@ def _eog_rules(tokens: list[str], attrs: list[int], ids: dict[str, int | None]) 
     call = "<|call|>" in texts or "<|calls|>" in texts
     if "<|end|>" in texts and call and ("<|return|>" in texts or "<|flush|>" in texts):
         attrs[texts["<|end|>"]] = A_USER_DEFINED
+        eog.discard(texts["<|end|>"])  # gpt-oss: <|end|> ends a message, not the generation
     if "</s>" in texts and ("<|tool_response>" in texts or "<|plamo:eos|>" in texts):
         attrs[texts["</s>"]] = A_NORMAL
+        eog.discard(texts["</s>"])
+    return eog
+
+
+def eog_ids(tokens: list[str], types: list[int], ids: dict[str, int | None]) -> set[int]:
+    """The ids that end a generation in llama.cpp (`llama_vocab_is_eog`): eos / eot / eom, the FIM pad /
+    repo / separator tokens, and every token whose text is an end-of-generation text (EOG_TEXTS), after
+    the rules of `token_attributes`."""
+    attrs = [TYPE_ATTR.get(t, 0) for t in types]
+    _auto_ids(tokens, attrs, ids)
+    return _eog_rules(tokens, attrs, ids)
 
 
 def token_attributes(tokens: list[str], types: list[int], ids: dict[str, int | None]) -> list[int]:

@@ -35,7 +35,8 @@ from scratchlm.tokenizer.hf_json import TokenizerParts, parts_to_dict
 from scratchlm.tokenizer.normalizers import Prepend, Replace, Sequence
 from scratchlm.tokenizer.post_processors import TemplateProcessing
 from scratchlm.tokenizer.sentencepiece_bpe import SentencePieceBPE
-from scratchlm.tokenizer.token_attributes import AUTO_IDS, FIM_ALIASES, HIDDEN, MATCHED, piece, strip_ids, token_attributes
+from scratchlm.tokenizer.token_attributes import (AUTO_IDS, FIM_ALIASES, HIDDEN, MATCHED, eog_ids, piece, strip_ids,
+                                                  token_attributes)
 from scratchlm.tokenizer.token_pieces import TokenPieces
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # tokenizer.ggml.token_type
@@ -228,10 +229,15 @@ def tokenizer_config_from_gguf(metadata: dict[str, Any]) -> dict[str, Any]:
 
 
 def stop_token_ids_from_gguf(metadata: dict[str, Any]) -> list[int]:
-    """The ids that end a reply (eos, end-of-turn, end-of-message), in that order, without repeats."""
-    n = len(metadata.get("tokenizer.ggml.tokens") or [])
+    """The ids that end a reply, as llama.cpp's end-of-generation set (token_attributes.eog_ids): eos,
+    end-of-turn, end-of-message first (in that order), then the other end-of-generation tokens the
+    vocabulary has (e.g. Gemma's <end_of_turn>, <|endoftext|> beside <|im_end|>) by id; no repeats."""
+    tokens = list(metadata.get("tokenizer.ggml.tokens") or [])
+    n = len(tokens)
     ids = [_token_id(metadata, key, n) for key in STOP_KEYS]
-    return list(dict.fromkeys(i for i in ids if i is not None))
+    types = list(metadata.get("tokenizer.ggml.token_type") or [1] * n)
+    eog = eog_ids(tokens, types, _spm_ids(metadata, n)) if len(types) == n else set()
+    return list(dict.fromkeys([*(i for i in ids if i is not None), *sorted(eog)]))
 
 
 def _token_list(tokenizer_json: dict[str, Any], vocab_size: int) -> tuple[list[str], list[int]]:

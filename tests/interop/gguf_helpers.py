@@ -172,3 +172,137 @@ def write_metadata_only(path: Path, arch: str, metadata: dict) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+# ---- one tiny random transformers model per llama.cpp architecture (test_gguf_families*.py) ----
+#
+# D = 256 (token_embd, q/k/v, gate/up rows: K-quant blocks) with FFN / expert widths of 160 / 64 / 96 and a
+# qwen3 head of 48 (ffn_down, attn_output rows not a multiple of 256: the quantizer's fallback types Q5_0, Q5_1,
+# IQ4_NL, Q4_0, Q8_0). Each model is built so that transformers and llama.cpp compute the same function where
+# llama.cpp hard-codes what transformers configures (gemma2/3: query_pre_attn_scalar = head_dim; smollm3: NoPE on
+# every 4th layer; qwen2moe: no top-k renormalisation; qwen3moe: renormalised; phi3: prompts longer than L0 = 16,
+# so both take the long factors).
+
+FAMILY_D, FAMILY_F, FAMILY_HEAD = 256, 160, 64
+
+
+def _family_common(vocab: int, **kw):
+    base = dict(vocab_size=vocab, hidden_size=FAMILY_D, intermediate_size=FAMILY_F, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5,
+                tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return {**base, **kw}
+
+
+def family_cases(vocab: int) -> dict[str, tuple[str, str, str, dict]]:
+    """family -> (GGUF architecture, transformers model class, config class, config kwargs)."""
+    llama3 = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+    gemma3_rope = {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+                   "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+    longrope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+                "short_factor": [1.0 + 0.05 * i for i in range(24)], "long_factor": [1.0 + 0.5 * i for i in range(24)],
+                "original_max_position_embeddings": 16}
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, decoder_sparse_step=1, mlp_only_layers=[])
+    c = lambda **kw: _family_common(vocab, **kw)  # noqa: E731
+    return {
+        "llama": ("llama", "LlamaForCausalLM", "LlamaConfig", c(attention_bias=True, mlp_bias=True, rope_parameters=llama3)),
+        "mistral": ("llama", "MistralForCausalLM", "MistralConfig", c(sliding_window=None, head_dim=FAMILY_HEAD)),
+        "mixtral": ("llama", "MixtralForCausalLM", "MixtralConfig",
+                    c(num_local_experts=4, num_experts_per_tok=2, intermediate_size=64, sliding_window=None,
+                      head_dim=FAMILY_HEAD, rope_theta=1e6)),
+        "qwen2": ("qwen2", "Qwen2ForCausalLM", "Qwen2Config", c(tie_word_embeddings=True, rope_theta=1e6)),
+        "qwen3": ("qwen3", "Qwen3ForCausalLM", "Qwen3Config", c(head_dim=48)),
+        "gemma": ("gemma", "GemmaForCausalLM", "GemmaConfig",
+                  c(head_dim=FAMILY_HEAD, tie_word_embeddings=True, hidden_act="gelu_pytorch_tanh")),
+        "gemma2": ("gemma2", "Gemma2ForCausalLM", "Gemma2Config",
+                   c(num_hidden_layers=3, head_dim=FAMILY_HEAD, tie_word_embeddings=True, sliding_window=8,
+                     query_pre_attn_scalar=FAMILY_HEAD, attn_logit_softcapping=50.0, final_logit_softcapping=30.0)),
+        "gemma3": ("gemma3", "Gemma3ForCausalLM", "Gemma3TextConfig",
+                   c(num_hidden_layers=3, head_dim=FAMILY_HEAD, sliding_window=8, query_pre_attn_scalar=FAMILY_HEAD,
+                     layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                     rope_parameters=gemma3_rope, final_logit_softcapping=None)),
+        "phi3": ("phi3", "Phi3ForCausalLM", "Phi3Config",
+                 c(original_max_position_embeddings=16, partial_rotary_factor=0.75, rope_parameters=longrope)),
+        "olmo2": ("olmo2", "Olmo2ForCausalLM", "Olmo2Config", c(rope_theta=5e5)),
+        "granite": ("granite", "GraniteForCausalLM", "GraniteConfig",
+                    c(embedding_multiplier=2.0, residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=4.0)),
+        "smollm3": ("smollm3", "SmolLM3ForCausalLM", "SmolLM3Config",
+                    c(num_hidden_layers=4, rope_theta=2e6, tie_word_embeddings=True)),
+        "qwen2moe": ("qwen2moe", "Qwen2MoeForCausalLM", "Qwen2MoeConfig",
+                     c(**moe, shared_expert_intermediate_size=96, norm_topk_prob=False, rope_theta=1e6)),
+        "qwen3moe": ("qwen3moe", "Qwen3MoeForCausalLM", "Qwen3MoeConfig",
+                     c(**moe, head_dim=FAMILY_HEAD, norm_topk_prob=True, rope_theta=1e6)),
+    }
+
+
+@torch.no_grad()
+def randomize_family_(model: torch.nn.Module, gemma: bool, seed: int = 1) -> torch.nn.Module:
+    """Weights that make a varied greedy continuation (not one repeated token) for a tied head too: matrices
+    N(0, 1/in) with the residual-output projections x8, embeddings N(0, 0.02^2), norm gains 1 +- 0.1 (Gemma:
+    stored as w = gain - 1), biases N(0, 0.1^2). Gemma's gate projections x30: most GELU inputs are then beyond
+    +-10, where llama.cpp's GELU is exact (within, it reads an fp16 table, ~5e-4 relative per value)."""
+    g = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            p.copy_((0.0 if gemma else 1.0) + 0.1 * torch.randn(p.shape, generator=g))
+        elif name.endswith("bias"):
+            p.copy_(0.1 * torch.randn(p.shape, generator=g))
+        elif "embed_tokens" in name:
+            p.copy_(0.02 * torch.randn(p.shape, generator=g))
+        else:
+            scale = 8.0 if ("o_proj" in name or "down_proj" in name) else (30.0 if gemma and "gate_proj" in name else 1.0)
+            p.copy_(torch.randn(p.shape, generator=g) * scale / p.shape[-1] ** 0.5)
+    return model
+
+
+def build_family_model(family: str, vocab: int) -> tuple[str, torch.nn.Module]:
+    """(GGUF architecture, the family's tiny random transformers model in eval mode)."""
+    import transformers
+
+    arch, cls, config_cls, kwargs = family_cases(vocab)[family]
+    model = getattr(transformers, cls)(getattr(transformers, config_cls)(**kwargs))
+    return arch, randomize_family_(model, gemma=family.startswith("gemma")).eval()
+
+
+PERMUTED_ARCHS = ("llama", "granite", "smollm3")  # llama.cpp's NORM RoPE: the converter permutes q/k rows
+
+
+def llama_cpp_unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
+    """The inverse of `llama_cpp_permute`: interleaved rotary rows -> HF's "half" order."""
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_values(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Every tensor of a GGUF file dequantized by gguf-py (gguf.quants.dequantize), and its ggml type name."""
+    reader = gguf.GGUFReader(str(path))
+    values = {t.name: torch.from_numpy(np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32))
+              for t in reader.tensors}
+    return values, {t.name: t.tensor_type.name for t in reader.tensors}
+
+
+def hf_with_gguf_weights(path: Path, hf: torch.nn.Module, arch: str) -> tuple[torch.nn.Module, dict[str, str]]:
+    """A copy of the transformers model `hf` holding the GGUF file's values as gguf-py dequantizes them, mapped
+    by llama.cpp's own tensor map (gguf.get_tensor_name_map) and the converter's transformations undone (q/k rows
+    of the NORM-RoPE archs, Gemma's 1 + w norms, transformers v5's fused expert gate|up); and the file's types."""
+    values, types = gguf_values(path)
+    cfg = hf.config
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], cfg.num_hidden_layers)
+    state = {}
+    for key, p in hf.state_dict().items():
+        if key.endswith("mlp.experts.gate_up_proj"):  # (E, 2F, D) = gate | up
+            blk = key.replace("model.layers.", "blk.").replace("mlp.experts.gate_up_proj", "")
+            v = torch.cat([values[blk + "ffn_gate_exps.weight"], values[blk + "ffn_up_exps.weight"]], 1)
+        else:
+            name = names.get_name(key, try_suffixes=(".weight", ".bias"))
+            name = name if name in values else f"{name}.weight"
+            if key == "lm_head.weight" and name not in values:  # tied: the head is the embedding
+                name = "token_embd.weight"
+            v = values[name]
+        if arch in PERMUTED_ARCHS and (".q_proj." in key or ".k_proj." in key):
+            v = llama_cpp_unpermute(v, cfg.num_attention_heads if ".q_proj." in key else cfg.num_key_value_heads)
+        if arch.startswith("gemma") and "norm" in key:
+            v = v - 1.0
+        state[key] = v.reshape(p.shape)
+    ref = type(hf)(cfg).eval()
+    ref.load_state_dict(state, strict=True)
+    return ref, types

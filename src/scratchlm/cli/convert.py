@@ -3,6 +3,9 @@
     scratchlm convert --from-hf HF_DIR_OR.gguf --out OUT_DIR     # -> scratchlm checkpoint (config.json + model.safetensors)
     scratchlm convert --to-hf CKPT_DIR_OR.gguf --out OUT_DIR     # -> HF config.json + safetensors (+ index)
     scratchlm convert --to-gguf MODEL --out OUT.gguf --type q8_0 # -> GGUF (f32, f16, bf16, q8_0) for llama.cpp
+--to-gguf writes the llama.cpp architecture that computes the model exactly (interop/gguf/architectures.py: llama
+with Mistral / Mixtral, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3, phi3, olmo2, granite, smollm3) or
+refuses, naming what llama.cpp would run differently; K-quants: llama.cpp's quantizer on the f32 / f16 file.
 Tokenizer files travel with the model (see scratchlm.interop.hf.tokenizer_copy); a GGUF's tokenizer, chat
 template and end-of-reply tokens become tokenizer.json, tokenizer_config.json and generation_config.json.
 """
@@ -99,7 +102,8 @@ class _GGUFOut(argparse.Action):
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="convert between scratchlm checkpoints, Hugging Face dirs and GGUF files")
     way = p.add_mutually_exclusive_group(required=True)
-    way.add_argument("--from-hf", metavar="PATH", help="HF directory (Llama, Qwen2, Qwen3, GPT-2) or .gguf file to import")
+    way.add_argument("--from-hf", metavar="PATH", help="HF directory (any family of interop/hf/families.py) or .gguf "
+                     "file (any architecture of interop/gguf/architectures.py) to import")
     way.add_argument("--to-hf", metavar="PATH", help="scratchlm checkpoint directory or .gguf file to export as HF")
     way.add_argument("--to-gguf", metavar="PATH", action=_GGUFOut,
                      help="model to export as GGUF (a scratchlm checkpoint dir, an HF dir or a .gguf file)")
@@ -109,5 +113,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-shard-size", default="5GB", help="--to-hf: shard above this size (e.g. 500MB)")
     p.add_argument("--dtype", choices=DTYPES, default=None, help="--to-hf: cast weights (default: as stored)")
     p.add_argument("--type", choices=[t.lower() for t in EXPORT_TYPES], default="f16",
-                   help="--to-gguf: matrix type (f32, f16, bf16, q8_0; norms stay f32; default f16)")
+                   help="--to-gguf: matrix type (f32, f16, bf16, q8_0; norms, biases, routers stay f32; rows that "
+                        "do not split into q8_0 blocks are f16; K-quants: llama.cpp's quantizer on this file; default f16)")
     p.set_defaults(func=run_convert)

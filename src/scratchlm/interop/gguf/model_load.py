@@ -1,21 +1,22 @@
-"""Load a GGUF file (llama / qwen2 / qwen3) as a TransformerLM: on the file's own blocks, or dequantized.
+"""Load a GGUF file (any architecture of architectures.py) as a TransformerLM: on its own blocks, or dequantized.
 
     model = load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")              # the blocks are the weights (default)
     model = load_gguf(path, dtype=torch.float32)                      # a dense fp32 copy (training, export)
     model = load_gguf(path, dtype=torch.bfloat16, rope_style="interleaved")   # keep llama.cpp's q/k order
 
-Steps: read the container (reader) -> HF config dict from the metadata (metadata_config) -> ModelConfig
-(hf/config_json.config_from_hf, which refuses what scratchlm does not implement) -> tensors renamed to HF
-names (tensor_names) -> llama's q/k rows put back in HF order (or, with rope_style="interleaved", left
-in llama.cpp's) -> the HF state-dict mapping shared with `load_hf_dir` (tied head, fused splits) -> the
-model. Every step works on raw ggml rows as well as on floats: rows of a ggml matrix are independent.
+Steps: read the container (reader) -> the architecture's row and ModelConfig fields from the metadata, tensor
+list and RoPE factor tensors (metadata_config, arch_read), which refuse what scratchlm does not compute -> the
+tensors mapped to scratchlm's names and layout (state_mapping: q/k rows of the NORM-RoPE archs, Gemma's 1 + w
+norms, fused qkv / gate|up, tied head) -> the model. Every step works on raw ggml rows as well as on floats:
+rows of a ggml matrix are independent.
 
-dtype=None (the default): every matrix stays in its ggml blocks (nn/block_linear.py, block_embedding.py),
-norms and biases become fp32; for the llama architecture the RoPE style defaults to "interleaved" (the
-same function: tests/interop/test_rope_interleaved.py) so q/k rows need no permuted copy. Memory is the
-file plus small tensors. dtype=torch.float32 / bfloat16: every tensor dequantized (bit-exact with ggml)
-and cast; `keep_quantized` then also attaches the file's blocks as `model.quantized_weights` (HF name ->
-GGMLBlocks, the tied head under both names, rows in the model's order) for decode="fast-gguf".
+dtype=None (the default): every matrix stays in its ggml blocks (nn/block_linear.py, block_embedding.py, and
+nn/block_experts.py for the 3-D expert tensors of MoE files), norms and biases become fp32; for the NORM-RoPE
+architectures (llama, granite, smollm3) the RoPE style defaults to "interleaved" (the same function:
+tests/interop/test_rope_interleaved.py) so q/k rows need no permuted copy. Memory is the file plus small
+tensors. dtype=torch.float32 / bfloat16: every tensor dequantized (bit-exact with ggml) and cast;
+`keep_quantized` then also attaches the file's matrices as `model.quantized_weights` (our name -> GGMLBlocks,
+the tied head under both names, rows in the model's order) for decode="fast-gguf".
 """
 
 from __future__ import annotations
@@ -26,50 +27,83 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from scratchlm.interop.gguf.metadata_config import gguf_architecture, hf_config_from_gguf
-from scratchlm.interop.gguf.reader import GGUFContents, read_gguf
-from scratchlm.interop.gguf.tensor_names import PERMUTED_QK_ARCHS, hf_name, qk_rows_from_gguf
-from scratchlm.interop.hf.config_json import config_from_hf
-from scratchlm.interop.hf.state_dict import state_from_hf
-from scratchlm.interop.model_build import build_with_blocks, build_with_weights
 from scratchlm.config import ModelConfig
+from scratchlm.interop.gguf.architectures import GGUFArch
+from scratchlm.interop.gguf.metadata_config import config_fields, gguf_arch
+from scratchlm.interop.gguf.reader import GGUFContents, GGUFTensor, read_gguf
+from scratchlm.interop.gguf.state_mapping import state_from_gguf
+from scratchlm.interop.gguf.tensor_names import EXPERT_NAMES, FUSED_QKV, ROPE_TENSORS, gguf_name, split_name
+from scratchlm.interop.model_build import build_with_blocks, build_with_weights
 from scratchlm.model import TransformerLM
+from scratchlm.nn.block_experts import BlockExperts, expert_blocks
 from scratchlm.quant.blocks import GGMLBlocks
 
 
 def gguf_model_config(contents: GGUFContents, **overrides: Any) -> ModelConfig:
     """The ModelConfig of a GGUF file (overrides such as attn_impl or rope_style applied last)."""
-    hf = hf_config_from_gguf(contents.metadata, set(contents.tensors))
-    return config_from_hf(hf, **overrides)
+    rope = {n: contents.tensors[n].dequantize() for n in ROPE_TENSORS if n in contents.tensors}
+    fields = config_fields(contents.metadata, {n: t.shape for n, t in contents.tensors.items()}, rope)
+    return ModelConfig(**{**fields, **overrides})
 
 
-def _scratchlm_order(tensors: dict[str, torch.Tensor], config: ModelConfig, arch: str) -> dict[str, torch.Tensor]:
-    """GGUF-order tensors keyed by HF name -> scratchlm's state (same mapping for floats and raw rows).
+def _source(name: str, tensors: dict[str, GGUFTensor]) -> GGUFTensor:
+    """The file tensor a (matrix) parameter of ours comes from: itself, a fused qkv / gate|up, or the embedding."""
+    if name == "lm_head.weight" and "output.weight" not in tensors:
+        return tensors["token_embd.weight"]
+    direct = gguf_name(name)
+    if direct in tensors:
+        return tensors[direct]
+    layer, kind, suffix = split_name(direct)
+    fused = FUSED_QKV if kind in ("attn_q", "attn_k", "attn_v") else "ffn_up"
+    return tensors[f"blk.{layer}.{fused}.{suffix}"]
 
-    llama's q/k rows are in llama.cpp's interleaved order: for an interleaved-RoPE model they stay so
-    (no copy); for a "half" model they are permuted to HF's order."""
-    if arch in PERMUTED_QK_ARCHS and config.pos_embedding == "rope" and config.rope_style == "interleaved":
-        return state_from_hf(tensors, config.replace(rope_style="half"), arch)  # rows already interleaved
-    return state_from_hf(qk_rows_from_gguf(tensors, config, arch), config, arch)
+
+def _raw_state(contents: GGUFContents, config: ModelConfig, arch: GGUFArch) -> dict[str, torch.Tensor]:
+    """Our state with every matrix as the file's raw rows (views, no copy) and the rest dequantized; the 3-D
+    expert tensors are zero-stride placeholders (BlockExperts replaces them, see _block_model)."""
+    raw = {}
+    for name, t in contents.tensors.items():
+        if name in ROPE_TENSORS:
+            continue
+        kind = split_name(name)[1]
+        if kind in EXPERT_NAMES:
+            raw[name] = torch.zeros(()).expand(t.shape)  # no memory; never computed with
+        else:  # the shared-expert gate (D,) is the (1, D) matrix of a Linear
+            raw[name] = t.view() if len(t.shape) >= 2 or kind == "ffn_gate_inp_shexp" else t.dequantize()
+    return state_from_gguf(raw, config, arch)
 
 
-def _quantized_weights(contents: GGUFContents, config: ModelConfig, arch: str,
+def _quantized_weights(contents: GGUFContents, config: ModelConfig, arch: GGUFArch,
                        device: torch.device) -> dict[str, GGMLBlocks]:
-    matrices = {hf_name(n): t for n, t in contents.tensors.items() if len(t.shape) == 2}
-    rows = _scratchlm_order({k: t.data for k, t in matrices.items()}, config, arch)
-    types = {k: t.type_name for k, t in matrices.items()}
-    types.setdefault("lm_head.weight", types["model.embed_tokens.weight"])  # tied head: the embedding's blocks
-    shapes = {k: t.shape for k, t in matrices.items()}
-    shapes.setdefault("lm_head.weight", shapes["model.embed_tokens.weight"])
-    return {k: GGMLBlocks(types[k], r.to(device), (shapes[k][0], shapes[k][1])) for k, r in rows.items()}
+    rows = _raw_state(contents, config, arch)
+    out = {}
+    for name, r in rows.items():
+        if r.dtype == torch.uint8 and r.dim() == 2:
+            src = _source(name, contents.tensors)
+            out[name] = GGMLBlocks(src.type_name, r.contiguous().to(device), (r.shape[0], src.shape[-1]))
+    return out
 
 
-def _block_model(path: Path, contents: GGUFContents, config: ModelConfig, arch: str) -> TransformerLM:
+def _block_experts(model: TransformerLM, contents: GGUFContents, config: ModelConfig) -> None:
+    """Every MoE layer's experts on the file's 3-D expert tensors (in place)."""
+    act = "silu" if config.ffn == "swiglu" else config.activation
+    for i, layer in enumerate(model.model.layers):
+        if not config.is_moe_layer(i):
+            continue
+        parts = []
+        for kind in ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"):
+            t = contents.tensors[f"blk.{i}.{kind}.weight"]
+            parts.append(expert_blocks(t.type_name, t.view(), t.shape))
+        layer.mlp.experts = BlockExperts(*parts, activation=act, fused=config.fused_ops)
+
+
+def _block_model(path: Path, contents: GGUFContents, config: ModelConfig, arch: GGUFArch) -> TransformerLM:
     """The model on the file's own blocks: matrices as GGMLBlocks over the mapped file (no copy), the rest fp32."""
-    raw = {hf_name(n): (t.view() if len(t.shape) >= 2 else t.dequantize()) for n, t in contents.tensors.items()}
-    types = {hf_name(n): t.type_name for n, t in contents.tensors.items() if len(t.shape) >= 2}
-    types.setdefault("lm_head.weight", types.get("model.embed_tokens.weight"))  # a tied head reads the embedding
-    return build_with_blocks(config, _scratchlm_order(raw, config, arch), types, path)
+    state = _raw_state(contents, config, arch)
+    types = {k: _source(k, contents.tensors).type_name for k, v in state.items() if v.dtype == torch.uint8}
+    model = build_with_blocks(config, state, types, path)
+    _block_experts(model, contents, config)
+    return model
 
 
 def load_gguf(path: str | Path, *, device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
@@ -79,17 +113,16 @@ def load_gguf(path: str | Path, *, device: str | torch.device = "cpu", dtype: to
     see the module docstring. contents: an already parsed file (read_gguf) to avoid reading it twice.
     """
     contents = contents or read_gguf(path)
-    arch = gguf_architecture(contents.metadata)
-    if dtype is None and arch in PERMUTED_QK_ARCHS:
+    arch = gguf_arch(contents.metadata)
+    if dtype is None and arch.interleaved_qk:
         config_overrides.setdefault("rope_style", "interleaved")  # llama.cpp's q/k row order, used as is
     config = gguf_model_config(contents, **config_overrides)
     contents.check_tensor_types()  # every unsupported tensor named at once, before any work
     if dtype is None:
         return _block_model(Path(path), contents, config, arch).to(device).eval()
-    items = list(contents.tensors.items())
-    values = {hf_name(name): t.dequantize()
-              for name, t in tqdm(items, desc="dequantize", unit="tensor", disable=not progress)}
-    model = build_with_weights(config, _scratchlm_order(values, config, arch), Path(path))
+    items = [(n, t) for n, t in contents.tensors.items() if n not in ROPE_TENSORS]
+    values = {name: t.dequantize() for name, t in tqdm(items, desc="dequantize", unit="tensor", disable=not progress)}
+    model = build_with_weights(config, state_from_gguf(values, config, arch), Path(path))
     model = model.to(device=device, dtype=dtype).eval()
     if keep_quantized:
         model.quantized_weights = _quantized_weights(contents, config, arch, torch.device(device))

@@ -239,3 +239,38 @@ def test_tool_requests_that_cannot_work_are_400s(long_model):
                 c.chat.completions.create(model="m", messages=ASK, **kw)
         with pytest.raises(openai.BadRequestError, match="tool_call_id"):
             c.chat.completions.create(model="m", messages=ASK + [{"role": "tool", "content": "x"}])
+        with pytest.raises(openai.BadRequestError, match="must be a response to a preceding"):
+            c.chat.completions.create(model="m", messages=ASK + [{"role": "tool", "tool_call_id": "call_1", "content": "x"}])
+
+
+CALL = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+    {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}
+
+
+def answer(call_id: str) -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "content": "18 C"}
+
+
+@pytest.mark.parametrize("messages,error", [
+    (ASK + [answer("call_1")], "must be a response to a preceding"),  # no assistant call at all
+    (ASK + [CALL, answer("call_9")], "answers none of the preceding"),  # an id no call has
+    (ASK + [CALL, answer("call_1"), {"role": "user", "content": "and?"}, answer("call_2")],
+     "must be a response to a preceding"),  # a user turn closed the calls
+    (ASK + [CALL, {"role": "assistant", "content": "done"}, answer("call_1")], "must be a response to a preceding"),
+    (ASK + [CALL, answer("call_2"), answer("call_1")], None),  # any order, only tool messages between
+    ([{"role": "system", "content": "s"}] + ASK + [CALL, answer("call_1"), answer("call_2"),
+                                                  {"role": "assistant", "content": "18 C"}], None),
+])
+def test_tool_message_must_answer_an_earlier_call(messages, error):
+    """OpenAI answers 400 to a tool message that answers no call of the assistant message right before it
+    (only other tool messages may come between); a well-formed history parses."""
+    from scratchlm.serve.protocol import APIError, ChatRequest, parse_request
+
+    body = {"model": "m", "messages": messages}
+    if error is None:
+        assert len(parse_request(ChatRequest, body).messages) == len(messages)
+        return
+    with pytest.raises(APIError, match=error) as info:
+        parse_request(ChatRequest, body)
+    assert info.value.status == 400 and info.value.param.startswith("messages.")

@@ -229,10 +229,28 @@ class ChatRequest(SamplingFields):
                                "may leave it out)", param=f"messages.{i}.content")
             if m.tool_calls and m.role != "assistant":
                 raise APIError(400, f"messages[{i}]: only assistant messages carry tool_calls", param=f"messages.{i}")
+        self._check_tool_answers()
         if self.response_format is not None and self.response_format.type != "text" and \
                 self.tool_choice not in (None, "none", "auto"):
             raise APIError(400, "a forced tool_choice cannot be combined with a JSON response_format; use one",
                            param="tool_choice")
+
+    def _check_tool_answers(self) -> None:
+        """As OpenAI: a tool message answers a call of the assistant message right before it (only other tool
+        messages between), by that call's id; anything else is a 400."""
+        open_calls: set[str] | None = None  # ids of the last assistant message's calls, while tool messages follow
+        for i, m in enumerate(self.messages):
+            if m.role == "assistant":
+                open_calls = {c.id for c in m.tool_calls} if m.tool_calls else None
+            elif m.role != "tool":
+                open_calls = None
+            elif open_calls is None:
+                raise APIError(400, f"messages[{i}]: a message with role 'tool' must be a response to a preceding "
+                               "assistant message with 'tool_calls'", param=f"messages.{i}")
+            elif m.tool_call_id not in open_calls:
+                raise APIError(400, f"messages[{i}]: tool_call_id {m.tool_call_id!r} answers none of the preceding "
+                               f"assistant message's tool calls ({', '.join(sorted(open_calls))})",
+                               param=f"messages.{i}.tool_call_id")
 
     def tool_dicts(self) -> list[dict[str, Any]] | None:
         return None if not self.tools else [t.model_dump(exclude_none=True) for t in self.tools]

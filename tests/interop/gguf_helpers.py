@@ -202,10 +202,12 @@ def family_cases(vocab: int) -> dict[str, tuple[str, str, str, dict]]:
     longrope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
                 "short_factor": [1.0 + 0.05 * i for i in range(24)], "long_factor": [1.0 + 0.5 * i for i in range(24)],
                 "original_max_position_embeddings": 16}
-    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, decoder_sparse_step=1, mlp_only_layers=[])
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, decoder_sparse_step=1,
+               mlp_only_layers=[])
     c = lambda **kw: _family_common(vocab, **kw)  # noqa: E731
     return {
-        "llama": ("llama", "LlamaForCausalLM", "LlamaConfig", c(attention_bias=True, mlp_bias=True, rope_parameters=llama3)),
+        "llama": ("llama", "LlamaForCausalLM", "LlamaConfig",
+                  c(attention_bias=True, mlp_bias=True, rope_parameters=llama3)),
         "mistral": ("llama", "MistralForCausalLM", "MistralConfig", c(sliding_window=None, head_dim=FAMILY_HEAD)),
         "mixtral": ("llama", "MixtralForCausalLM", "MixtralConfig",
                     c(num_local_experts=4, num_experts_per_tok=2, intermediate_size=64, sliding_window=None,
@@ -250,7 +252,8 @@ def randomize_family_(model: torch.nn.Module, gemma: bool, seed: int = 1) -> tor
         elif "embed_tokens" in name:
             p.copy_(0.02 * torch.randn(p.shape, generator=g))
         else:
-            scale = 8.0 if ("o_proj" in name or "down_proj" in name) else (30.0 if gemma and "gate_proj" in name else 1.0)
+            scale = 8.0 if ("o_proj" in name or "down_proj" in name) else 1.0
+            scale = 30.0 if gemma and "gate_proj" in name else scale
             p.copy_(torch.randn(p.shape, generator=g) * scale / p.shape[-1] ** 0.5)
     return model
 

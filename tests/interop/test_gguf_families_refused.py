@@ -30,8 +30,10 @@ TINY = dict(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_laye
             num_key_value_heads=2, max_position_embeddings=64, bos_token_id=None, eos_token_id=None, pad_token_id=None)
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[])
 BASES = {  # family -> transformers config class and kwargs
-    "llama": ("LlamaConfig", {}), "qwen2": ("Qwen2Config", {}), "gemma2": ("Gemma2Config", {"head_dim": 16, "query_pre_attn_scalar": 16}),
-    "gemma3": ("Gemma3TextConfig", {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 8}), "phi3": ("Phi3Config", {}), "granite": ("GraniteConfig", {}),
+    "llama": ("LlamaConfig", {}), "qwen2": ("Qwen2Config", {}),
+    "gemma2": ("Gemma2Config", {"head_dim": 16, "query_pre_attn_scalar": 16}),
+    "gemma3": ("Gemma3TextConfig", {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 8}),
+    "phi3": ("Phi3Config", {}), "granite": ("GraniteConfig", {}),
     "smollm3": ("SmolLM3Config", {"num_hidden_layers": 4}), "qwen2_moe": ("Qwen2MoeConfig", MOE),
     "qwen3_moe": ("Qwen3MoeConfig", {**MOE, "norm_topk_prob": True, "head_dim": 16}),
 }
@@ -59,7 +61,8 @@ def fields(contents, meta=None, drop_meta=(), tensors=None, drop=(), rope=None):
     metadata.update(meta or {})
     shapes = {n: t.shape for n, t in contents.tensors.items() if n not in drop}
     shapes.update(tensors or {})
-    rope = rope if rope is not None else {n: t.dequantize() for n, t in contents.tensors.items() if n.startswith("rope_")}
+    if rope is None:
+        rope = {n: t.dequantize() for n, t in contents.tensors.items() if n.startswith("rope_")}
     return config_fields(metadata, shapes, rope)
 
 
@@ -86,6 +89,8 @@ REFUSED = [  # (base, changes, what the error names)
     ("llama", dict(meta={"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0},
                    tensors={"rope_freqs.weight": (8,)}, rope={"rope_freqs.weight": torch.ones(8) * 2}),
      "rope_freqs.weight together with YaRN"),
+    ("llama", dict(tensors={"rope_factors_long.weight": (8,)}, rope={"rope_factors_long.weight": torch.ones(8)}),
+     "rope.scaling.type='linear' holds rope_factors_long/short"),
     ("granite", dict(drop_meta=("granite.logit_scale",)), "lacks the metadata granite.logit_scale"),
     ("granite", dict(meta={"granite.expert_count": 4, "granite.expert_used_count": 2}), "Granite's mixture"),
     ("gemma2", dict(meta={"gemma2.rope.freq_base_swa": 5000.0, "gemma2.rope.scaling.type": "linear",
@@ -93,6 +98,7 @@ REFUSED = [  # (base, changes, what the error names)
     ("gemma3", dict(meta={"gemma3.rope.scaling.type": "yarn", "gemma3.rope.scaling.factor": 4.0,
                           "gemma3.rope.scaling.attn_factor": 1.5}), "attn_factor=1.5 .*sliding layers"),
     ("qwen2_moe", dict(meta={"qwen2moe.expert_feed_forward_length": [32, 16]}), "per-layer values"),
+    ("qwen2_moe", dict(drop=("output.weight",)), "no output.weight; llama.cpp's qwen2moe requires"),
 ]
 
 

@@ -127,6 +127,11 @@ def _rope_scaling(m: ArchMeta, rot: int, base: float, max_seq_len: int) -> dict[
     scale = 1.0 if kind == "none" or factor == 0.0 else factor
     long, short = m.small.get("rope_factors_long.weight"), m.small.get("rope_factors_short.weight")
     table = m.small.get("rope_freqs.weight")
+    longrope = kind == "longrope" or m.arch == "phi3"  # phi3 creates the factor tensors whatever the type
+    if ((long is not None or short is not None) and not longrope) or (table is not None and kind == "longrope"):
+        raise ValueError(f"GGUF file of architecture {m.arch!r} with rope.scaling.type={kind!r} holds "
+                         f"{'rope_freqs' if kind == 'longrope' else 'rope_factors_long/short'} tensors, which llama.cpp "
+                         "does not create for it (it refuses the file); scratchlm does too")
     if kind == "longrope" or (m.arch == "phi3" and (long is not None or short is not None)):
         if scale != 1.0:
             raise unsupported(f"{m.arch}.rope.scaling.factor", factor, "longrope factor tensors with a linear factor")
@@ -278,7 +283,10 @@ def read_gemma3(m: ArchMeta, f: Fields) -> Fields:
 
 
 def read_phi3(m: ArchMeta, f: Fields) -> Fields:
-    """Partial rotary (rope.dimension_count), longrope factor tensors; llama.cpp disables phi3's window."""
+    """Partial rotary (rope.dimension_count), longrope factor tensors; llama.cpp disables phi3's window.
+    longrope's long / short choice: llama.cpp takes the long factors when its context n_ctx exceeds L0, scratchlm
+    (as transformers) when the forward's longest position does; the two agree whenever llama.cpp runs with
+    n_ctx <= L0 or the sequence is already longer than L0 (a context setting of llama.cpp, not of the file)."""
     return {"hf_family": "phi3"}
 
 

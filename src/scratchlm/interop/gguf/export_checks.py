@@ -36,17 +36,18 @@ def _same(have: Any, want: Any) -> bool:
 
 
 def _moe_problem(arch: GGUFArch, c: ModelConfig) -> str | None:
+    name = f"llama.cpp's {arch.name}"
     if not c.moe_num_experts:
-        return f"moe_num_experts=0 (llama.cpp's {arch.name} is a mixture of experts)" if arch.moe == "required" else None
+        return f"moe_num_experts=0 ({name} is a mixture of experts)" if arch.moe == "required" else None
     if c.moe_dense_layers:
-        return f"moe_dense_layers={c.moe_dense_layers} (llama.cpp's {arch.name} makes every layer a mixture of experts)"
+        return f"moe_dense_layers={c.moe_dense_layers} ({name} makes every layer a mixture of experts)"
     renorm = c.moe_norm_topk_prob or c.moe_router == "topk_softmax"
     if renorm != arch.moe_renorm:
-        return (f"moe_norm_topk_prob={c.moe_norm_topk_prob} (llama.cpp's {arch.name} "
+        return (f"moe_norm_topk_prob={c.moe_norm_topk_prob} ({name} "
                 f"{'renormalises' if arch.moe_renorm else 'does not renormalise'} the top-k weights)")
     if bool(c.moe_shared_d_ff) != arch.shared_expert:
-        return f"moe_shared_d_ff={c.moe_shared_d_ff} (llama.cpp's {arch.name} {'needs' if arch.shared_expert else 'has no'} " \
-               "shared expert)"
+        has = "needs a" if arch.shared_expert else "has no"
+        return f"moe_shared_d_ff={c.moe_shared_d_ff} ({name} {has} shared expert)"
     return None
 
 

@@ -49,7 +49,11 @@ def gguf_arch(metadata: dict[str, Any]) -> GGUFArch:
 
 
 def check_tensor_set(arch: GGUFArch, names: list[str] | set[str], n_layers: int) -> None:
-    """Every tensor is one the architecture's llama.cpp loader accepts and scratchlm implements."""
+    """Every tensor is one the architecture's llama.cpp loader accepts and scratchlm implements (and the head,
+    where llama.cpp requires it, is there)."""
+    if arch.head == "required" and "output.weight" not in names:
+        raise ValueError(f"GGUF file of architecture {arch.name!r} has no output.weight; llama.cpp's {arch.name} "
+                         "requires the head tensor (it refuses the file: 'tensor output.weight not found')")
     for name in names:
         layer, kind, suffix = split_name(name)
         key = f"{kind}.{suffix}"

@@ -35,7 +35,8 @@ def _qkv_rows(c: ModelConfig) -> list[int]:
 
 def _split(t: Tensor, name: str, sizes: list[int]) -> tuple[Tensor, ...]:
     if t.shape[0] != sum(sizes):
-        raise ValueError(f"GGUF tensor {name} has {t.shape[0]} rows; the metadata implies {' + '.join(map(str, sizes))}")
+        raise ValueError(f"GGUF tensor {name} has {t.shape[0]} rows; the metadata implies "
+                         f"{' + '.join(map(str, sizes))}")
     return t.split(sizes, 0)
 
 

@@ -20,6 +20,7 @@ llama-quantize). The tokenizer is written as `tokenizer.ggml.*` (tokenizer_metad
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,10 @@ def gguf_tensors(model: TransformerLM, arch: GGUFArch) -> dict[str, torch.Tensor
     """The float tensors a GGUF file of `model` holds, by GGUF name (before quantization)."""
     c = model.config
     tensors = state_to_gguf(model.state_dict(), c, arch)
+    zero_gates = [n for n, t in tensors.items() if n.endswith("ffn_gate_inp_shexp.weight") and not t.any()]
+    if zero_gates:  # llama.cpp's shared-expert gate is silu(g) / g: 0 / 0 where scratchlm has sigmoid(0) = 0.5
+        warnings.warn(f"GGUF export: {zero_gates[0]} is all zeros; llama.cpp computes NaN for its shared-expert gate "
+                      "(silu(0) / 0) where scratchlm computes 0.5", stacklevel=3)
     if c.pos_embedding == "rope":
         tensors.update(rope_tensors_for(c.rope_scaling, c.rope_base, c.rope_dim, c.max_seq_len,
                                         "rope_freqs.weight" in arch.tensors))

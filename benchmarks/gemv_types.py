@@ -9,8 +9,9 @@ machine's read rate for the same number of bytes: torch.sum over a float32 buffe
 are llama.cpp's quantization of a Gaussian matrix (64 rows quantized, tiled to N: the speed does not depend
 on the values); enough copies are made that one round reads > --mb MB (the L3 cache never holds them, so
 every call streams from DRAM as a decode step does), and each round calls every copy once, ours and the
-reduction alike. Both on --threads threads. Every measurement waits for a quiet machine first
-(benchmarks/quiet.py) and takes the best of --repeats rounds; ratio = ours / reduction GB/s, same run.
+reduction alike. Both on --threads threads. Each of --repeats rounds waits for a quiet machine first
+(benchmarks/quiet.py), then times the reduction, ours and ours A8 back to back; each keeps its best round;
+ratio = ours / reduction GB/s, same run.
 Prints one JSON object:
   {"types": {T: {"2048x8192": {"ours_gb_s", "sum_gb_s", "ratio", "us_per_call", "ours_a8_gb_s", "ratio_a8"},
    "8192x2048": {...}, "ratio_min"}}, "threads", "simd", "torch", "quiet": {...}}
@@ -55,36 +56,40 @@ def matrix(type_name: str, n: int, k: int) -> GGMLBlocks:
 QUIET_TIMEOUT_S = [60.0]  # --quiet-timeout
 
 
-def best_round_s(fn, items: list, repeats: int, stats: dict) -> float:
-    """Best over `repeats` rounds of fn(item) for every item, each round after a quiet wait; seconds per item."""
-    best = float("inf")
-    for _ in range(repeats):
-        wait_quiet(timeout_s=QUIET_TIMEOUT_S[0], stats=stats)
-        t0 = time.perf_counter()
-        for it in items:
-            fn(it)
-        best = min(best, (time.perf_counter() - t0) / len(items))
-    return best
+def round_s(fn, items: list) -> float:
+    """Seconds per item of one round: fn(item) for every item."""
+    t0 = time.perf_counter()
+    for it in items:
+        fn(it)
+    return (time.perf_counter() - t0) / len(items)
 
 
 def measure(mod, type_name: str, n: int, k: int, target_mb: float, repeats: int, stats: dict) -> dict:
+    """Best of `repeats` rounds of each of: the reduction, ours exact, ours A8 (block types), interleaved
+    round by round after a quiet wait, so a busy spell hits all three alike."""
     one = matrix(type_name, n, k)
     nbytes = one.data.numel()
     copies = max(2, int(target_mb * 2**20 // nbytes) + 1)
     mats = [one] + [GGMLBlocks(type_name, one.data.clone(), one.shape) for _ in range(copies - 1)]
     sums = [torch.ones(nbytes // 4) for _ in range(copies)]
     x = torch.randn(1, k)
-    for m in mats[:2]:
-        ops.linear_blocks(mod, x, m)  # warm: first-touch, thread pool
-    sums[0].sum()
-    t_sum = best_round_s(lambda b: b.sum(), sums, repeats, stats)
-    t_ours = best_round_s(lambda m: ops.linear_blocks(mod, x, m), mats, repeats, stats)
-    ours, peer = nbytes / t_ours / 1e9, nbytes / t_sum / 1e9
-    row = {"ours_gb_s": round(ours, 2), "sum_gb_s": round(peer, 2), "ratio": round(ours / peer, 3),
-           "us_per_call": round(t_ours * 1e6, 1), "mb": round(nbytes / 2**20, 2)}
+    runs = {"sum": lambda b: b.sum(), "ours": lambda m: ops.linear_blocks(mod, x, m)}
     if type_name not in DENSE:
-        t_a8 = best_round_s(lambda m: ops.linear_blocks(mod, x, m, a8=True), mats, repeats, stats)
-        row.update(ours_a8_gb_s=round(nbytes / t_a8 / 1e9, 2), ratio_a8=round(nbytes / t_a8 / 1e9 / peer, 3))
+        runs["a8"] = lambda m: ops.linear_blocks(mod, x, m, a8=True)
+    for name, fn in runs.items():  # warm: first touch, thread pool
+        fn(sums[0] if name == "sum" else mats[0])
+    best = {name: float("inf") for name in runs}
+    for _ in range(repeats):
+        wait_quiet(timeout_s=QUIET_TIMEOUT_S[0], stats=stats)
+        for name, fn in runs.items():
+            best[name] = min(best[name], round_s(fn, sums if name == "sum" else mats))
+    peer = nbytes / best["sum"] / 1e9
+    ours = nbytes / best["ours"] / 1e9
+    row = {"ours_gb_s": round(ours, 2), "sum_gb_s": round(peer, 2), "ratio": round(ours / peer, 3),
+           "us_per_call": round(best["ours"] * 1e6, 1), "mb": round(nbytes / 2**20, 2)}
+    if "a8" in best:
+        a8 = nbytes / best["a8"] / 1e9
+        row.update(ours_a8_gb_s=round(a8, 2), ratio_a8=round(a8 / peer, 3), a8_us_per_call=round(best["a8"] * 1e6, 1))
     return row
 
 

@@ -80,7 +80,12 @@ def script_sys_path(monkeypatch):
     """sys.path and sys.modules as `python benchmarks/NAME.py` sees them: benchmarks/ first, none of the
     folders pytest added (tests/, tests/benchmarks/, the repo root), no test helper already imported."""
     for name, mod in list(sys.modules.items()):
-        where = getattr(mod, "__file__", None) or next(iter(getattr(mod, "__path__", None) or []), None)
+        where = getattr(mod, "__file__", None)
+        if where is None:
+            try:  # a namespace package's path recomputes from its parent, which may be gone: skip it then
+                where = next(iter(getattr(mod, "__path__", None) or []), None)
+            except KeyError:
+                where = None
         if where and _repo_local(str(Path(where).parent)):
             monkeypatch.delitem(sys.modules, name)
     monkeypatch.setattr(sys, "path", [str(BENCHMARKS), *(p for p in sys.path if not _repo_local(p))])

@@ -5,7 +5,7 @@ module and the jsonschema validator for every text, and a brute-force walk of ev
     - random byte walks (any allowed byte, within a byte budget) always end as JSON that parses and validates
     - cost(state) is exact: closing greedily from any state takes exactly cost(state) bytes
     - GrammarMasks.allowed equals the brute force (walk every token's bytes; cost <= budget) on the states
-      of random token walks, including tight budgets
+      of random token walks, including tight budgets; the cached masks equal a fresh uncached computation
     - sampled decoding over a vocabulary with multi-byte and partial-UTF-8 tokens always parses and validates
     - schemas outside the subset are refused, naming the keyword and where it is
 """
@@ -133,6 +133,67 @@ def test_masks_equal_the_brute_force():
             constraint.advance(token)
             if constraint.complete:
                 break
+
+
+def test_byte_trie_walk_finds_every_key_and_prefix():
+    """The implicit sorted-list trie: a full walk reaches exactly the prefixes of the keys, and reports each id
+    at its key's end (duplicate keys, byte 255 and one-byte keys included)."""
+    from scratchlm.generate.constrained.byte_trie import ByteTrie
+
+    rng = random.Random(13)
+    keys = [bytes(rng.choice([0, 1, 34, 92, 254, 255]) for _ in range(rng.randint(1, 5))) for _ in range(300)]
+    keys += [b"\xff", b"\xff\xff", keys[0]]  # a duplicate key under another id
+    trie = ByteTrie([(k, i) for i, k in enumerate(keys)])
+    ends: dict[bytes, list[int]] = {}
+    prefixes = set()
+    todo = [(trie.root, b"")]
+    while todo:
+        node, prefix = todo.pop()
+        for c, child, ending, deeper in trie.children(node):
+            path = prefix + bytes([c])
+            prefixes.add(path)
+            if ending:
+                ends[path] = sorted(ending)
+            if deeper:
+                todo.append((child, path))
+    assert prefixes == {k[:j] for k in keys for j in range(1, len(k) + 1)}
+    assert ends == {k: sorted(i for i, x in enumerate(keys) if x == k) for k in keys}
+
+
+def test_cached_masks_equal_uncached_ones():
+    """The mask cache (per state and clipped budget, LRU in bytes, sparse or dense entries) returns what a fresh
+    GrammarMasks computes from nothing, on the states of random token walks over random schemas, with budgets
+    from tight to unbounded; revisited states are hits, a small cache evicts, and no caller's use of a returned
+    mask changes what later callers get."""
+    index = VocabIndex(synthetic_vocab(2))
+    rng = random.Random(11)
+    hits = evicted = 0
+    for _, schema in schemas(12, 30):
+        grammar = compile_schema(schema)
+        masks = GrammarMasks(grammar, index, [STOP], cache_bytes=rng.choice([4 * index.size, 1 << 20]))
+        seen: list[tuple] = []
+        for _ in range(3):  # three walks: the later ones revisit the first one's states
+            constraint, budget = TokenConstraint(masks), masks.min_tokens() + rng.randint(0, 25)
+            for step in range(budget):
+                left = budget - step - 1
+                for b in {left, rng.randint(0, left)}:
+                    got = masks.allowed(constraint.state, b)
+                    seen.append((constraint.state, b, got.clone()))
+                    logits = torch.zeros(index.size).masked_fill_(~got, float("-inf"))  # a caller's use of it
+                allowed = masks.allowed(constraint.state, left).nonzero()[:, 0].tolist()
+                token = rng.choice(allowed)
+                if token == STOP:
+                    break
+                constraint.advance(token)
+                if constraint.complete:
+                    break
+        fresh = GrammarMasks(grammar, index, [STOP], cache_bytes=0)  # nothing cached: every mask computed anew
+        for state, b, first in seen:
+            assert torch.equal(fresh.compute(state, b), first), (schema, state, b)
+            assert torch.equal(masks.allowed(state, b), first), (schema, state, b)  # the cache, evicted or hit
+        hits += masks.hits
+        evicted += masks.misses > len(masks._masks)
+    assert hits > 1000 and evicted > 5
 
 
 def test_sampled_decoding_always_parses_and_validates():

@@ -6,11 +6,15 @@ state it reaches, s', can be completed in the tokens left after t:  cost(s') <= 
 an upper bound on tokens when one-byte tokens exist). Stop tokens (end of text / turn) are allowed only
 where the text so far is complete.
 
-Per state a MaskSpec is computed once and cached (states repeat: the same object key, a string's
-content...): the walked tokens with their cost(s'), and for string content the precomputed plain[u]
-set (vocab_index.py) with one conservative cost. A mask for a budget >= every cost is cached as a
-(V,) bool tensor (LRU); a tighter budget filters the spec. Per decode step the work is then a dict
-lookup and, for the chosen token, m transitions (themselves memoised per state).
+Per state a MaskSpec is computed once (cached; states repeat: the same object key, a string's content...):
+the tokens a pruned trie walk reaches, with the cost(s') of the state each leads to; for string content the
+precomputed plain[u] set (vocab_index.py) with one conservative cost, and the walk covers only the suffix
+trie of the tokens holding a quote or backslash. The masks themselves are cached per key
+    (state, min(budget, spec.max_cost))        every budget >= max_cost gives the same mask
+in one LRU bounded in bytes (cache_bytes): dense (V,) bool, or the allowed ids when they are few (the
+structural states: after "{", inside a number, ...). So after its first visit a state costs a dict lookup
+per decode step, whatever the vocabulary size, and, for the chosen token, m memoised transitions.
+`compute` is the same mask without the mask cache (tests hold the two equal).
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ import torch
 
 from scratchlm.generate.constrained.json_machine import WS_MAX, JsonMachine, State
 from scratchlm.generate.constrained.schema import Grammar
+from scratchlm.generate.constrained.byte_trie import ByteTrie
 from scratchlm.generate.constrained.vocab_index import VocabIndex
 
-MAX_SPECS = 4096  # cached states per grammar before the caches are cleared
+MAX_SPECS = 4096  # cached states per grammar before the spec and transition caches are cleared
 MAX_STATES = 200_000  # memoised transitions' states, likewise
-MAX_FULL = 256  # cached full masks per grammar
+MASK_CACHE_BYTES = 16 << 20  # cached masks per grammar, in bytes (dense: V bytes each; sparse: 8 per allowed id)
 WS_GAPS = ("val", "key", "colon", "next", "arr0")  # lex states whose last field counts whitespace
 
 
@@ -44,13 +49,17 @@ class MaskSpec:
 class GrammarMasks:
     """Masks of one grammar over one vocabulary; shared by every sequence that uses the grammar."""
 
-    def __init__(self, grammar: Grammar, index: VocabIndex, stop_ids: list[int]) -> None:
+    def __init__(self, grammar: Grammar, index: VocabIndex, stop_ids: list[int],
+                 cache_bytes: int = MASK_CACHE_BYTES) -> None:
         self.machine = JsonMachine(grammar)
         self.index = index
         self.stop_ids = [i for i in stop_ids if i < index.size]
+        self.cache_bytes = cache_bytes
         self._trans: dict[State, dict[int, State | None]] = {}
         self._specs: dict[State, MaskSpec] = {}
-        self._full: OrderedDict[State, torch.Tensor] = OrderedDict()
+        self._masks: OrderedDict[tuple[State, int], torch.Tensor] = OrderedDict()  # dense bool or int64 ids
+        self._mask_bytes = 0
+        self.hits = self.misses = 0  # mask cache lookups (tests and benchmarks read them)
 
     def min_tokens(self) -> int:
         """Tokens the shortest valid text needs at most (its length in bytes)."""
@@ -78,65 +87,83 @@ class GrammarMasks:
         if len(self._specs) >= MAX_SPECS or len(self._trans) >= MAX_STATES:  # bounded memory: start over
             self._specs.clear()
             self._trans.clear()
-            self._full.clear()
             self.machine.forget()
         stack, lex = state
-        if lex[0] == "str" and lex[2] == 0:  # string content: plain set + the tokens that reach a quote
-            ids, costs = self._walk_tokens(state, self.index.quoted(lex[3]))
-            base = self.machine.cost((stack, lex[:3] + (None,)))
+        if lex[0] == "str" and lex[2] == 0:  # string content: plain set + the quote/backslash suffixes
+            boundary = (stack, lex[:3] + (None,))  # where a token's content prefix leaves the state
+            ids, costs = self._walk_trie(boundary, self.index.quoted(lex[3]))
+            base = self.machine.cost(boundary)
             plain, tail = self.index.plain(lex[3])
             top = int(tail[plain].max()) if plain.any() else 0
             hit = MaskSpec(ids, costs, True, lex[3], base, self.machine.accepting(state))
             hit.max_cost = max([base + top] + costs.tolist())
         else:
-            ids, costs = self._walk_trie(state)
+            ids, costs = self._walk_trie(state, self.index.trie)
             hit = MaskSpec(ids, costs, False, None, 0, self.machine.accepting(state), max(costs.tolist(), default=0))
         self._specs[state] = hit
         return hit
 
-    def _walk_tokens(self, state: State, candidates: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _walk_trie(self, state: State, trie: ByteTrie) -> tuple[torch.Tensor, torch.Tensor]:
+        """Depth-first over a trie from `state`, pruning every subtree whose first byte the automaton refuses."""
         ids, costs = [], []
-        for i in candidates:
-            end = self.walk(state, self.index.tokens[i])
-            if end is not None:
-                ids.append(i)
-                costs.append(self.machine.cost(end))
-        return torch.tensor(ids, dtype=torch.long), torch.tensor(costs, dtype=torch.long)
-
-    def _walk_trie(self, state: State) -> tuple[torch.Tensor, torch.Tensor]:
-        """Depth-first over the trie, pruning every subtree whose first byte the automaton refuses."""
-        ids, costs = [], []
-        todo = [(self.index.root, state)]
+        todo = [(trie.root, state)]
         while todo:
-            (children, _), st = todo.pop()
-            for b, child in children.items():
+            node, st = todo.pop()
+            for b, child, ending, deeper in trie.children(node):
                 nxt = self.step(st, b)
                 if nxt is None:
                     continue
-                if child[1]:
-                    c = self.machine.cost(nxt)
-                    ids += child[1]
-                    costs += [c] * len(child[1])
-                if child[0]:
+                if ending:
+                    ids += ending
+                    costs += [self.machine.cost(nxt)] * len(ending)
+                if deeper:
                     todo.append((child, nxt))
         return torch.tensor(ids, dtype=torch.long), torch.tensor(costs, dtype=torch.long)
 
-    def allowed(self, state: State, budget: int) -> torch.Tensor:
-        """(V,) bool: the tokens allowed after `state` with `budget` tokens left after this one."""
+    def _gap_base(self, state: State) -> State:
+        """k whitespace bytes into a gap: the same state at k = 0 (whose mask it filters)."""
         stack, lex = state
-        if lex[0] in WS_GAPS and lex[-1]:  # k whitespace bytes into a gap: the k = 0 mask, minus long runs
-            return self.allowed((stack, lex[:-1] + (0,)), budget) & (self.index.lead_ws <= WS_MAX - lex[-1])
+        return (stack, lex[:-1] + (0,)) if lex[0] in WS_GAPS and lex[-1] else state
+
+    def allowed(self, state: State, budget: int) -> torch.Tensor:
+        """(V,) bool: the tokens allowed after `state` with `budget` tokens left after this one. Cached: the
+        tensor may be shared with other callers, so read it, never write to it."""
+        key = (state, min(budget, self.spec(self._gap_base(state)).max_cost))
+        hit = self._masks.get(key)
+        if hit is not None:
+            self._masks.move_to_end(key)
+            self.hits += 1
+            return hit if hit.dtype == torch.bool else self._dense(hit)
+        self.misses += 1
+        mask = self.compute(state, budget)
+        self._store(key, mask)
+        return mask
+
+    def compute(self, state: State, budget: int) -> torch.Tensor:
+        """The mask of allowed(state, budget) computed from the state's spec, without the mask cache."""
+        stack, lex = state
+        if lex[0] in WS_GAPS and lex[-1]:  # the k = 0 mask, minus the tokens whose whitespace would pass WS_MAX
+            return self.compute(self._gap_base(state), budget) & (self.index.lead_ws <= WS_MAX - lex[-1])
         spec = self.spec(state)
-        if budget >= spec.max_cost:
-            full = self._full.get(state)
-            if full is None:
-                full = self._full[state] = self._build(spec, None)
-                if len(self._full) > MAX_FULL:
-                    self._full.popitem(last=False)
-            else:
-                self._full.move_to_end(state)
-            return full
-        return self._build(spec, budget)
+        return self._build(spec, None if budget >= spec.max_cost else budget)
+
+    def _dense(self, ids: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros(self.index.size, dtype=torch.bool)
+        mask[ids] = True
+        return mask
+
+    def _store(self, key: tuple[State, int], mask: torch.Tensor) -> None:
+        """Keep a mask: as its ids when they take at most a quarter of the dense bytes; evict LRU past cache_bytes."""
+        ids = mask.nonzero()[:, 0]
+        entry = ids if ids.numel() * 8 * 4 <= mask.numel() else mask
+        size = entry.numel() * entry.element_size()
+        if size > self.cache_bytes:
+            return
+        self._masks[key] = entry
+        self._mask_bytes += size
+        while self._mask_bytes > self.cache_bytes:
+            _, old = self._masks.popitem(last=False)
+            self._mask_bytes -= old.numel() * old.element_size()
 
     def _build(self, spec: MaskSpec, budget: int | None) -> torch.Tensor:
         if spec.plain:

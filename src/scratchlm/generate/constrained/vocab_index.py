@@ -1,16 +1,19 @@
 """The tokenizer's vocabulary, indexed once for computing token masks fast.
 
-    trie         the ordinary tokens' bytes as a byte trie: node = (children {byte: node}, token ids ending
-                 here). A mask is a walk from the automaton state down the trie that prunes a whole
-                 subtree at the first byte the automaton refuses, so structural states (after "{", inside
-                 a number, ...) touch only a few hundred trie nodes.
+    trie         the ordinary tokens' bytes as a byte trie (byte_trie.py: implicit in the sorted token list).
+                 A mask is a walk from the automaton state down the trie that prunes a whole subtree at the
+                 first byte the automaton refuses, so structural states (after "{", inside a number, ...)
+                 touch only a few hundred trie nodes.
     plain[u]     inside a string almost every token is allowed, and a walk would touch the whole trie. A
                  token made only of string-content bytes (no '"', '\\' or control byte; valid UTF-8
                  when read after the pending continuation u) leaves a string state as it found it (up to
                  the pending continuation), whatever the stack below. plain[u] is that set, as a (V,)
                  bool tensor, one per pending-continuation class u (at most 8), computed on first use.
-    quoted[u]    the tokens that reach a '"' or '\\' with only string content before it: the only other
-                 tokens a string state may allow; they are walked one by one through the automaton.
+    quoted[u]    the tokens that reach a '"' or '\\' with only string content before it (ending on a character
+                 boundary): the only other tokens a string state may allow. Their content prefix leaves the
+                 state as ("str", node, 0, None), so what decides them is the rest from the first quote or
+                 backslash on: quoted[u] is a trie of those suffixes, walked like the main trie (a string
+                 state's mask costs one pruned walk, however many tokens hold a quote).
     lead_ws      the leading whitespace bytes of every token: a state k whitespace bytes into a gap allows
                  what the same state at 0 allows, minus the tokens whose leading whitespace would pass WS_MAX
                  (so the whitespace counter does not multiply the states whose masks are computed).
@@ -24,11 +27,11 @@ from typing import Any
 
 import torch
 
+from scratchlm.generate.constrained.byte_trie import ByteTrie
 from scratchlm.generate.constrained.json_machine import BACKSLASH, QUOTE, utf8_next
 from scratchlm.generate.detokenize import token_bytes
 
 Pending = tuple[int, int, int] | None
-TrieNode = tuple[dict, list]
 
 
 def vocabulary_bytes(tokenizer: Any, vocab_size: int) -> list[bytes | None]:
@@ -59,19 +62,12 @@ class VocabIndex:
     def __init__(self, tokens: list[bytes | None]) -> None:
         self.tokens = tokens
         self.size = len(tokens)
-        self.root: TrieNode = ({}, [])
-        for i, data in enumerate(tokens):
-            if not data:
-                continue
-            node = self.root
-            for b in data:
-                node = node[0].setdefault(b, ({}, []))
-            node[1].append(i)
+        self.trie = ByteTrie([(data, i) for i, data in enumerate(tokens) if data])
         # leading whitespace bytes of each token (all of them for a whitespace-only token)
         self.lead_ws = torch.tensor([len(d) - len(d.lstrip(b" \t\n\r")) if d else 0 for d in tokens], dtype=torch.long)
         self._plain: dict[Pending, torch.Tensor] = {}
         self._tail: dict[Pending, torch.Tensor] = {}
-        self._quoted: dict[Pending, list[int]] = {}
+        self._quoted: dict[Pending, ByteTrie] = {}
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Any, vocab_size: int) -> "VocabIndex":
@@ -84,8 +80,9 @@ class VocabIndex:
             self._build(pending)
         return self._plain[pending], self._tail[pending]
 
-    def quoted(self, pending: Pending) -> list[int]:
-        """Tokens with string content up to their first quote or backslash (read after `pending`)."""
+    def quoted(self, pending: Pending) -> ByteTrie:
+        """Trie of the suffixes, from the first quote or backslash on, of the tokens whose bytes before it are
+        string content ending on a character boundary (read after `pending`); leaves hold the token ids."""
         if pending not in self._quoted:
             self._build(pending)
         return self._quoted[pending]
@@ -93,21 +90,27 @@ class VocabIndex:
     def _build(self, pending: Pending) -> None:
         mask = torch.zeros(self.size, dtype=torch.bool)
         tail = torch.zeros(self.size, dtype=torch.long)
-        quoted: list[int] = []
+        quoted: list[tuple[bytes, int]] = []
+        plain_ids, tails = [], []
         for i, data in enumerate(self.tokens):
             if not data:
                 continue
             if pending is None and data.isascii() and _ascii_content(data):  # fast path: no UTF-8 to track
-                mask[i] = True
+                plain_ids.append(i)
+                tails.append(0)
                 continue
             cut = _first_special(data)
             if cut < 0:
                 end = string_run(pending, data)
                 if end is not False:
-                    mask[i], tail[i] = True, 0 if end is None else end[0]
+                    plain_ids.append(i)
+                    tails.append(0 if end is None else end[0])
             elif string_run(pending, data[:cut]) is None:
-                quoted.append(i)
-        self._plain[pending], self._tail[pending], self._quoted[pending] = mask, tail, quoted
+                quoted.append((data[cut:], i))
+        ids = torch.tensor(plain_ids, dtype=torch.long)
+        mask[ids] = True
+        tail[ids] = torch.tensor(tails, dtype=torch.long)
+        self._plain[pending], self._tail[pending], self._quoted[pending] = mask, tail, ByteTrie(quoted)
 
 
 def _ascii_content(data: bytes) -> bool:

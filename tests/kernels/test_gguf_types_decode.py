@@ -10,6 +10,8 @@ compiled kernels (the pure-torch fallback: F.linear on the dequantized parts).
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -94,3 +96,32 @@ def test_fast_gguf_decodes_the_loaded_model(monkeypatch, native_on: bool) -> Non
     assert all((lin.fallback is None) == native_on for lin in dec.linears())
     # measured max |logit difference| ~2e-6 (|logits| up to ~10): fp32 summation order only
     assert_decodes_like(m, m, "fast-gguf", 5e-5)
+
+
+def on_block_layers(m: TransformerLM) -> TransformerLM:
+    """m with every matrix that has blocks (the tied head too) an nn/block_linear.py BlockLinear holding them, as
+    load_gguf builds a model on its blocks, and no `quantized_weights`."""
+    from scratchlm.nn.block_linear import BlockLinear
+
+    out = copy.deepcopy(m)
+    blocks = out.__dict__.pop("quantized_weights")
+    for name, mod in list(out.named_modules()):
+        key = ("model.embed_tokens" if name == "lm_head" else name) + ".weight"
+        if key in blocks and "embed" not in name and getattr(mod, "weight", None) is not None:
+            parent, _, child = name.rpartition(".")
+            bias = None if getattr(mod, "bias", None) is None else mod.bias.detach()
+            setattr(out.get_submodule(parent) if parent else out, child, BlockLinear(blocks[key], bias))
+    return out
+
+
+def test_fast_gguf_packs_block_layers_own_blocks() -> None:
+    """A model built on its blocks (BlockLinear layers, no quantized_weights): fast-gguf packs their own blocks
+    (never their dequantized weights) and decodes like the model with those weights dequantized."""
+    m = gguf_model()
+    blk = on_block_layers(m)
+    assert not hasattr(blk, "quantized_weights") and type(blk.lm_head).__name__ == "BlockLinear"
+    dec = FastDecoder(blk, quant="gguf")
+    assert [[p.ggml_type for p in lin.parts] for lin in (dec.layers[0].qkv, dec.layers[1].qkv, dec.head)] == \
+        [["Q4_K", "Q6_K"], ["Q4_0", "F32", "IQ4_NL"], ["Q6_K"]]
+    assert all(lin.parts for lin in dec.linears())
+    assert_decodes_like(m, blk, "fast-gguf", 5e-5)

@@ -192,11 +192,20 @@ class PackedLinear:
         return w if self.out_scale is None else w * self.out_scale[:, None]
 
 
+def own_blocks(lin: torch.nn.Module, source: BlockSource | None) -> GGMLBlocks | None:
+    """A linear's own ggml blocks: a block-backed layer's (nn/block_linear.py: its weight is its `blocks`),
+    else the model's record of its weight's blocks (`source`: model.quantized_weights), else None."""
+    blocks = getattr(lin, "blocks", None)
+    if isinstance(blocks, GGMLBlocks):
+        return blocks
+    return source(lin.weight) if source is not None else None
+
+
 def own_parts(linears: list[torch.nn.Module], source: BlockSource | None) -> tuple[GGMLBlocks, ...] | None:
     """The "gguf" format's [W_1; W_2; ...]: each linear's own blocks (an F32 part of its weight where it has
     none), neighbours of one type merged into one part; None when no linear has blocks or one does not fit
     its type's kernel (the caller then keeps the fp32 matrix)."""
-    own = [source(lin.weight) if source is not None else None for lin in linears]
+    own = [own_blocks(lin, source) for lin in linears]
     if all(b is None for b in own):
         return None
     parts: list[GGMLBlocks] = []
@@ -224,7 +233,7 @@ def stacked_blocks(linears: list[torch.nn.Module], quant: str,
     if quant in OWN_BLOCK_FORMATS:
         return own_parts(linears, source)
     ggml = QUANTIZERS[A8_FORMATS.get(quant, quant)]
-    own = [source(lin.weight) if source is not None else None for lin in linears]
+    own = [own_blocks(lin, source) for lin in linears]
     parts = [b if b is not None and b.ggml_type == ggml else quantize_blocks(lin.weight.detach().float(), ggml)
              for b, lin in zip(own, linears)]
     data = torch.cat([b.data for b in parts])
@@ -243,20 +252,25 @@ def packed(linears: list[torch.nn.Module], dtype: torch.dtype, quant: str | None
     """The linears (same input) stacked into one matrix [W_1; W_2; ...]; when they read norm(x), the
     norm's gain g is folded in (W diag(g), or x g for block formats) and a LayerNorm bias beta becomes
     the extra bias W beta; row_scale (out,) multiplies output rows (and bias) last."""
-    w = torch.cat([lin.weight.detach().float() for lin in linears])  # (out, in)
+    def dense() -> torch.Tensor:  # (out, in); only where needed: a block-backed layer dequantizes on access
+        return torch.cat([lin.weight.detach().float() for lin in linears])
+
     b = None if linears[0].bias is None else torch.cat([lin.bias.detach().float() for lin in linears])
     blocks = stacked_blocks(linears, quant, source) if quant in BLOCK_FORMATS else None
     gain = None if norm is None else norm_gain(norm)
     if norm is not None and getattr(norm, "bias", None) is not None:  # (x_hat g + beta) W^T = ... + beta W^T
-        extra = w @ norm.bias.detach().float()
+        extra = dense() @ norm.bias.detach().float()
         b = extra if b is None else b + extra
-    if row_scale is not None:
-        row_scale = row_scale.to(w.device)
-        b = None if b is None else b * row_scale
     if blocks is not None:
+        first = blocks if isinstance(blocks, GGMLBlocks) else blocks[0]
+        row_scale = None if row_scale is None else row_scale.to(first.data.device)
+        b = b if b is None or row_scale is None else b * row_scale
         return PackedLinear(None, b, dtype, quant, blocks, gain, row_scale)
+    w = dense()
     if gain is not None:
         w = w * gain[None, :]
     if row_scale is not None:
+        row_scale = row_scale.to(w.device)
         w = w * row_scale[:, None]
+        b = None if b is None else b * row_scale
     return PackedLinear(w, b, dtype, None if quant in OWN_BLOCK_FORMATS else quant)

@@ -1,9 +1,15 @@
 """Toy end-to-end runs (seeded, CPU): SFT lowers assistant-token loss, DPO raises preference accuracy,
-GRPO and PPO raise a verifiable reward above a briefly pretrained starting policy."""
+GRPO, GSPO and PPO raise a verifiable reward above a briefly pretrained starting policy.
+
+The starting policies are warmed up until they have half-learned the table (toy_task.supervised_warmup's
+stop_at_reward). The GRPO-family check is a mean over seeds: one short run is chaotic (a last-bit change in
+the forward pass moves its end reward by +-0.1), a mean over seeds of a smooth run (lr 1e-3) is not
+(issue #26: at lr 1e-3 every one of seeds 0-4 gained 0.10-0.25 in 60 steps, GRPO and GSPO alike)."""
 
 from __future__ import annotations
 
 import copy
+import statistics
 
 import pytest
 import torch
@@ -28,27 +34,47 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
-@pytest.fixture(scope="module")
-def toy(_one_thread):
-    """Byte tokenizer, the 25 addition prompts, and a model pretrained briefly (120 steps) on correct sums."""
-    torch.manual_seed(0)
-    tok, ex = byte_tokenizer(), addition_prompts(4)
+SEEDS = (0, 1, 2)
+
+
+def _warm(tok, ex, seed: int) -> TransformerLM:
+    """A model pretrained on correct sums until it has half-learned the table (mean sampled reward 0.45)."""
+    torch.manual_seed(seed)
     model = TransformerLM(toy_model_config(tok.vocab_size))
-    supervised_warmup(model, tok, ex, steps=120, p_correct=1.0, lr=1e-2, batch_size=32, seed=0)
-    return tok, ex, model
+    supervised_warmup(model, tok, ex, steps=400, p_correct=1.0, lr=3e-3, batch_size=32, seed=seed, stop_at_reward=0.45)
+    return model
 
 
-def test_grpo_raises_reward(toy):
-    tok, ex, warm = toy
-    model = copy.deepcopy(warm)
-    start = mean_reward(model, tok, ex, samples=16)
-    cfg = GRPOTrainConfig(steps=80, prompts_per_step=8, group_size=8, max_new_tokens=4, seed=0,
-                          loss=preset("grpo"), optim=OptimConfig(lr=3e-3, warmup_steps=10))
-    history = train_grpo(model, tok, ex, cfg, progress=False)
-    end = mean_reward(model, tok, ex, samples=16)
-    assert 0.2 < start < 0.7  # a real but imperfect starting policy
-    assert end > start + 0.1, (start, end)
-    assert all(h["kl"] >= 0 for h in history) and history[-1]["kl"] > 0  # k3 >= 0 and the policy moved
+@pytest.fixture(scope="module")
+def warm_models(_one_thread):
+    """Byte tokenizer, the 25 addition prompts, and one half-taught starting policy per seed in SEEDS."""
+    tok, ex = byte_tokenizer(), addition_prompts(4)
+    return tok, ex, {seed: _warm(tok, ex, seed) for seed in SEEDS}
+
+
+@pytest.fixture(scope="module")
+def toy(warm_models):
+    """Byte tokenizer, the 25 addition prompts, and seed 0's starting policy."""
+    tok, ex, warm = warm_models
+    return tok, ex, warm[0]
+
+
+@pytest.mark.parametrize("name", ["grpo", "gspo"])
+def test_grpo_family_raises_reward_on_average_over_seeds(warm_models, name):
+    tok, ex, warm = warm_models
+    gains = []
+    for seed in SEEDS:
+        model = copy.deepcopy(warm[seed])
+        start = mean_reward(model, tok, ex, samples=32)
+        assert 0.25 < start < 0.75, (seed, start)  # a real but imperfect starting policy
+        cfg = GRPOTrainConfig(steps=60, prompts_per_step=8, group_size=8, max_new_tokens=4, seed=seed,
+                              loss=preset(name), optim=OptimConfig(lr=1e-3, warmup_steps=10))
+        history = train_grpo(model, tok, ex, cfg, progress=False)
+        gains.append(mean_reward(model, tok, ex, samples=32) - start)
+        assert all(h["clip_low_frac"] == 0 and h["clip_high_frac"] == 0 for h in history)  # on-policy: ratio 1
+        if name == "grpo":
+            assert all(h["kl"] >= 0 for h in history) and history[-1]["kl"] > 0  # k3 >= 0 and the policy moved
+    assert statistics.fmean(gains) > 0.08 and min(gains) > 0, gains
 
 
 def test_ppo_raises_reward(toy):

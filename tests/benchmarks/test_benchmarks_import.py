@@ -7,6 +7,7 @@ peft, llama.cpp's bindings ...) are then resolved too, from the script's AST: ev
 `from M import a, b` must find M, and a, b must exist in it (an attribute or a submodule), with the
 folders the script itself puts on sys.path (`sys.path.insert(0, EXPR)`, EXPR evaluated in the module).
 So a moved helper (smollm2_fixture went from benchmarks/ to tests/) or a renamed function fails here.
+Each script's command line is then parsed with --help (usage printed, exit 0).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def script_sys_path(monkeypatch):
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
-def test_benchmark_script_imports(script, script_sys_path):
+def test_benchmark_script_imports(script, script_sys_path, monkeypatch, capsys):
     tree = ast.parse(script.read_text(), str(script))
     if any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body):  # a script, not a helper
         assert any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body), (
@@ -118,3 +119,8 @@ def test_benchmark_script_imports(script, script_sys_path):
         for attr in names:
             if not hasattr(target, attr) and not _is_submodule(name, attr):
                 pytest.fail(f"{script.name}:{line}: {name} has no {attr!r}", pytrace=False)
+    if hasattr(module, "main"):  # its command line parses: --help prints usage and exits 0 before any work
+        monkeypatch.setattr(sys, "argv", [str(script), "--help"])
+        with pytest.raises(SystemExit) as exited:
+            module.main()
+        assert exited.value.code == 0 and "usage:" in capsys.readouterr().out

@@ -160,14 +160,14 @@ def test_client_gone_mid_stream_or_before_the_answer_cancels_and_frees_rows():
     assert health["completed"] == 0 and health["waiting"] == 0
 
 
-def test_max_context_shrinks_the_kv_cache_and_the_limits_not_the_replies():
-    """--max-context 24 on a 64-token model: the slot cache holds 24 tokens a row, requests past 24 tokens are
-    400s naming 24, and replies that fit equal the engine's (full-context) greedy replies."""
+def test_max_context_shrinks_the_limits_not_the_replies():
+    """--max-context 24 on a 64-token model: the pool holds at most 2 rows x 24 tokens, requests past 24 tokens
+    are 400s naming 24, and replies that fit equal the engine's (full-context) greedy replies."""
     from serve_helpers import ref_completion
 
     model, tok = byte_model(max_seq_len=64)
     app = create_app(model, tok, "m", max_context=24, max_batch=2)
-    assert app.state.serve.scheduler.slots.cache.max_seq_len == 24
+    assert app.state.serve.scheduler.space.pool.capacity == 2 * 24 // 16 + 1  # 2 rows x 2 blocks of 16 (24 tokens)
     with TestClient(app) as http:
         for body in ({**BODY, "prompt": "x" * 30}, {**BODY, "prompt": "abc", "max_tokens": 30}):
             r = http.post("/v1/completions", json=body)
@@ -179,3 +179,26 @@ def test_max_context_shrinks_the_kv_cache_and_the_limits_not_the_replies():
             assert [c["text"] for c in r.json()["choices"]] == [ref_completion((model, tok), prompt, 12)] * 3
     with pytest.raises(ValueError, match="--max-context 65 must be between 2 and the model's context"):
         create_app(model, tok, "m", max_context=65)
+
+
+def test_kv_memory_is_the_pool_and_a_small_pool_caps_the_context():
+    """Memory at start is the pool (--kv-cache-mb / --kv-cache-tokens), not rows x context: the model's whole
+    context is served by default; a pool smaller than one context caps the context (400s name it) and the
+    replies that fit still equal the engine's."""
+    from serve_helpers import ref_completion
+
+    model, tok = byte_model(max_seq_len=64)
+    state = create_app(model, tok, "m", max_batch=32, kv_cache_mb=0.05).state.serve
+    pool = state.scheduler.space.pool
+    per_block = 2 * model.config.n_layers * 16 * model.config.n_kv_heads * model.config.head_dim * 4
+    assert state.context == 64 and pool.capacity == int(0.05 * (1 << 20)) // per_block < 32 * 64 // 16
+    assert state.scheduler.stats.decode_window_bytes == 0 and pool.used == 0
+    app = create_app(model, tok, "m", max_batch=4, kv_cache_tokens=40)
+    assert app.state.serve.context == 48 and app.state.serve.scheduler.space.pool.capacity == 3
+    with TestClient(app) as http:
+        r = http.post("/v1/completions", json={**BODY, "prompt": "abc", "max_tokens": 46})
+        assert r.status_code == 400 and "48" in r.json()["error"]["message"]
+        r = http.post("/v1/completions", json={**BODY, "prompt": "abc", "max_tokens": 40, "n": 2})  # > the pool
+        assert r.status_code == 200 and [c["text"] for c in r.json()["choices"]] == [
+            ref_completion((model, tok), "abc", 40)] * 2
+        assert http.get("/health").json()["preempted"] > 0  # the two choices took turns in the 3 blocks

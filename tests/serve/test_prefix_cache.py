@@ -1,6 +1,7 @@
-"""Prefix caching: blocks keyed by their exact token prefix, LRU-bounded; requests that share a prefix (a
-system prompt, earlier turns, an earlier reply) reuse its K/V, and their greedy and seeded outputs stay
-exactly the engine's outputs for each prompt alone."""
+"""Prefix caching as block sharing: full pool blocks named by their exact token prefix, LRU-bounded; requests that
+share a prefix (a system prompt, earlier turns, an earlier reply) take the same blocks into their block tables,
+running sequences included, and their greedy and seeded outputs stay exactly the engine's outputs for each
+prompt alone."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from scratchlm.config import get_preset
 from scratchlm.generate import generate
 from scratchlm.generate.sampling import SamplingParams
 from scratchlm.model import TransformerLM
-from scratchlm.serve.joining import prefill_prompts
+from scratchlm.nn.paged_kv_cache import BlockPool
+from scratchlm.serve.joining import Joiner, prefill_step
+from scratchlm.serve.kv_space import BLOCK, KVSpace
 from scratchlm.serve.prefix_cache import PrefixCache
 from scratchlm.serve.scheduler import Scheduler
 from scratchlm.serve.sequence import Sequence
@@ -20,52 +23,52 @@ from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer
 from serve_helpers import client
 from tiny_checkpoint import MODEL
 
-CONTEXT, BLOCK = 128, 8
+CONTEXT = 128
 
 
-def kv(n: int, seed: int = 0):
-    k = torch.randn(2, 1, n, 4, generator=torch.Generator().manual_seed(seed))  # (L, KvH, n, Hd)
-    return lambda a, b: (k[:, :, a:b], -k[:, :, a:b]), k
+def test_match_store_lru_and_reclaim():
+    pool = BlockPool(1, 1, 2, n_blocks=12, block_size=4)
+    cache = PrefixCache(pool, capacity_blocks=4)
+    tokens = list(range(14))
+    blocks = pool.alloc(4)  # a sequence's table: 14 tokens in 4 blocks (the last one partial)
+    assert cache.store(tokens, blocks) == 3  # 3 full blocks; the last 2 tokens are not named
+    assert [pool.refs[b] for b in blocks] == [2, 2, 2, 1]  # the cache holds its own reference
+    assert cache.match(tokens[:9] + [99]) == blocks[:2]
+    assert cache.match(tokens[:12]) == blocks[:2]  # the last token is never taken from the cache
+    assert cache.match(tokens[:13]) == blocks[:3] and cache.match([5] + tokens) == []
+    pool.release(blocks)  # the sequence ends: the named blocks live on in the cache
+    assert pool.free == 12 - 1 - 3
+    other = [100 + t for t in range(8)]
+    cache.store(other, pool.alloc(2))  # 5 named > capacity 4: the least recently used goes (a child first)
+    assert len(cache.entries) == 4 and cache.match(tokens + [0]) == blocks[:2]
+    assert cache.reclaimable() == 2  # the 2 old ones only the cache holds (the new ones are still in use)
+    assert cache.reclaim(5) == 2 and cache.match(tokens + [0]) == []
+    assert PrefixCache(pool, 0).store(other, [1, 2]) == 0  # capacity 0: off
 
 
-def test_match_store_and_lru_eviction():
-    block_bytes = 2 * 2 * 1 * BLOCK * 4 * 4
-    cache = PrefixCache(BLOCK, capacity_bytes=4 * block_bytes)
-    tokens = list(range(30))
-    slices, k = kv(30)
-    assert cache.store(tokens, slices) == 3  # 3 full blocks of 8; the last 6 tokens are not cached
-    chain = cache.match(tokens[:20] + [99])
-    assert len(chain) == 2 and torch.equal(chain[1].k, k[:, :, 8:16]) and torch.equal(chain[1].v, -k[:, :, 8:16])
-    assert len(cache.match(tokens[:24])) == 2  # the last token is never taken from the cache
-    assert len(cache.match(tokens[:25])) == 3 and cache.match([5] + tokens) == []
-    other = [100 + t for t in range(16)]
-    cache.store(other, kv(16, 1)[0])  # 5 blocks > capacity 4: the least recently used goes
-    assert len(cache.blocks) == 4 and cache.bytes == 4 * block_bytes
-    assert len(cache.match(tokens + [0])) == 2 and len(cache.match(other + [0])) == 2
-    assert PrefixCache(BLOCK, 0).store(tokens, slices) == 0  # capacity 0: off
-
-
-def setup(cache_bytes: int, decode: str = "model"):
+def setup(prefix_blocks: int, decode: str = "model", kv_blocks: int | None = None):
     torch.manual_seed(0)
     model = TransformerLM(get_preset("llama-tiny", vocab_size=259, d_model=64, n_layers=2, max_seq_len=CONTEXT,
                                      init_std=0.5)).eval()
     tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], DEFAULT_SPECIAL_TOKENS)
-    cache = PrefixCache(BLOCK, cache_bytes)
-    return model, tok, Scheduler(model, max_batch=4, decode=decode, prefix_cache=cache)
+    return model, tok, Scheduler(model, max_batch=4, decode=decode, prefix_blocks=prefix_blocks, kv_blocks=kv_blocks)
+
+
+def make(tok, prompt, max_tokens, params=SamplingParams(), seed=None) -> Sequence:
+    return Sequence.create(0, prompt, max_tokens, params, lambda e: None, tokenizer=tok, vocab_size=259, seed=seed)
 
 
 def run(sched: Scheduler, tok, jobs: list[tuple[list[int], int, SamplingParams, int | None]]) -> list[Sequence]:
-    seqs = [Sequence.create(0, p, m, params, lambda e: None, tokenizer=tok, vocab_size=259, seed=seed)
-            for p, m, params, seed in jobs]
+    seqs = [make(tok, p, m, params, seed) for p, m, params, seed in jobs]
     sched.submit(seqs)
-    while sched.rows or sched.waiting:
+    while sched.rows or sched.waiting or sched.joiners:
         sched.step()
     return seqs
 
 
 @pytest.mark.parametrize("decode", ["model", "fast"])
 def test_shared_system_prompt_and_later_turns_reuse_kv(decode):
-    model, tok, sched = setup(1 << 20, decode)
+    model, tok, sched = setup(64, decode)
     g = torch.Generator().manual_seed(3)
     system = torch.randint(0, 256, (45,), generator=g).tolist()
     users = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (5, 9, 3)]
@@ -78,19 +81,48 @@ def test_shared_system_prompt_and_later_turns_reuse_kv(decode):
                                                          (0, 20, sampled, 7), (0, 12, greedy, None)]):
         kw = {} if params.greedy else {"temperature": 0.9, "top_p": 0.95, "seed": seed}
         assert s.tokens == generate(model, [s.prompt], m, **kw)[0]
-    assert [s.cached_tokens for s in later] == [40, 40, (45 + 5 + 19) // BLOCK * BLOCK]  # the reply was cached too
-    assert sched.stats.cached_prompt_tokens == 40 + 40 + 64
+    assert [s.cached_tokens for s in later] == [32, 32, (45 + 5 + 19) // BLOCK * BLOCK]  # the reply was cached too
+    assert sched.stats.cached_prompt_tokens == 32 + 32 + 64
+    assert sched.space.pool.used == len(sched.space.prefix.entries)  # what is left in use: the cache's blocks
+
+
+def test_running_sequences_share_their_common_prefix_blocks():
+    """Two requests with one 40-token system prompt, the second admitted while the first runs: the second's
+    table starts with the first's two full blocks (shared, not copied) while both decode."""
+    model, tok, sched = setup(64)
+    g = torch.Generator().manual_seed(5)
+    system = torch.randint(0, 256, (40,), generator=g).tolist()
+    a, b = make(tok, system + [1, 2], 30), make(tok, system + [3], 30)
+    sched.submit([a])
+    sched.step()
+    sched.submit([b])
+    sched.step()
+    assert a.kv.blocks[:2] == b.kv.blocks[:2] and a.kv.blocks[2] != b.kv.blocks[2]
+    assert [sched.space.pool.refs[x] for x in a.kv.blocks[:2]] == [3, 3]  # a, b and the prefix cache
+    assert b.cached_tokens == 32
+    while sched.rows:
+        sched.step()
+    for s in (a, b):
+        assert s.tokens == generate(model, [s.prompt], 30)[0]
 
 
 def test_cached_prefill_logits_equal_a_full_prefill():
-    model, _, _ = setup(0)
-    cache = PrefixCache(BLOCK, 1 << 20)
-    prompt = tuple(torch.randint(0, 256, (37,), generator=torch.Generator().manual_seed(4)).tolist())
-    full = prefill_prompts(model, [prompt], {}, cache, 0, torch.device("cpu"))[0]
-    again = prefill_prompts(model, [prompt], {}, cache, 0, torch.device("cpu"))[0]
-    assert full.cached == 0 and again.cached == 32
+    model, tok, _ = setup(0)
+    space = KVSpace(model, 32, prefix_blocks=32)
+    prompt = torch.randint(0, 256, (37,), generator=torch.Generator().manual_seed(4)).tolist()
+
+    def prefill_once():
+        table = space.start(prompt)
+        assert space.grow(table, len(prompt) - table.length)
+        j = Joiner(list(prompt), [], table, cached=table.length)
+        prefill_step(model, space, [j], 1000, "model")
+        return j
+
+    full, again = prefill_once(), prefill_once()
+    assert full.cached == 0 and again.cached == 32 and again.table.blocks[:2] == full.table.blocks[:2]
     torch.testing.assert_close(again.logits, full.logits, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(again.cache.k, full.cache.k, rtol=1e-5, atol=1e-5)
+    for x, y in zip(space.pool.read(again.table), space.pool.read(full.table)):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
 
 
 def test_server_reports_cached_tokens(server, reference):

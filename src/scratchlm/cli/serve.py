@@ -8,6 +8,7 @@ import os
 from scratchlm.cli.generate import DTYPES
 from scratchlm.generate.prefill import PREFILL_MODES
 from scratchlm.serve import API_KEY_ENV
+from scratchlm.serve.kv_space import DEFAULT_KV_CACHE_MB
 from scratchlm.serve.scheduler import SERVE_DECODE_MODES  # torch only; fastapi/uvicorn stay lazy
 
 
@@ -42,7 +43,8 @@ def run_serve(args: argparse.Namespace) -> int:
         prefill=args.prefill,
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes,
         max_queue=args.max_queue, prefix_cache_mb=args.prefix_cache_mb, allowed_hosts=args.allowed_hosts,
-        allowed_origins=args.allowed_origins, max_context=args.max_context)
+        allowed_origins=args.allowed_origins, max_context=args.max_context, kv_cache_mb=args.kv_cache_mb,
+        kv_cache_tokens=args.kv_cache_tokens, prefill_chunk=args.prefill_chunk)
     run_server(args.checkpoint, args.host, args.port, args.model_name, device=args.device, dtype=DTYPES[args.dtype],
                shutdown_timeout=args.shutdown_timeout, access_log=not args.no_access_log, options=options)
     return 0
@@ -70,8 +72,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-body-bytes", type=int, default=None,
                    help="largest request body accepted (default 1 MiB; 413 beyond)")
     p.add_argument("--max-context", type=int, default=None, metavar="TOKENS",
-                   help="serve at most this many tokens per sequence (prompt + reply; default: the model's context). "
-                        "The KV cache holds --max-batch x this many tokens, allocated at start")
+                   help="serve at most this many tokens per sequence (prompt + reply; default: the model's context, "
+                        "or what the K/V pool holds when that is less)")
+    p.add_argument("--kv-cache-mb", type=float, default=DEFAULT_KV_CACHE_MB,
+                   help="the K/V memory: one pool of 16-token blocks shared by every sequence, used as they grow "
+                        f"(default {DEFAULT_KV_CACHE_MB:.0f}; capped at --max-batch x the context). When it is full, "
+                        "requests wait (then 429 once --max-queue are waiting)")
+    p.add_argument("--kv-cache-tokens", type=int, default=None, metavar="TOKENS",
+                   help="the K/V pool as a token budget instead of --kv-cache-mb")
+    p.add_argument("--prefill-chunk", type=int, default=512, metavar="TOKENS",
+                   help="prompt tokens prefilled per step at most: a long prompt is prefilled in chunks between "
+                        "the running streams' decode steps (default 512)")
     p.add_argument("--prefix-cache-mb", type=float, default=256.0,
                    help="memory for the K/V of shared prompt prefixes, reused across requests (default 256; 0 = off)")
     p.add_argument("--shutdown-timeout", type=float, default=10.0,

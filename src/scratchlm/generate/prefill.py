@@ -27,6 +27,7 @@ import torch
 
 from scratchlm.model import TransformerLM
 from scratchlm.nn.kv_cache import KVCache
+from scratchlm.nn.paged_kv_cache import PagedKVCache
 
 PREFILL_MODES = ("model", "bf16")
 
@@ -82,8 +83,12 @@ def recompute(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, 
 
 def bf16_into(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
               cache: KVCache) -> None:
-    """ids (B, P) through the model's bf16 copy; its K/V widened into cache slots [s, s + P)."""
+    """ids (B, P) through the model's bf16 copy; its K/V widened into cache slots [s, s + P). A paged cache
+    (nn/paged_kv_cache.py) widens what it stores and reads back in the caller's dtype: the copy runs on it."""
     shadow = bf16_copy(model)
+    if isinstance(cache, PagedKVCache):
+        shadow(ids, positions, mask, cache, logits_to_keep=1)
+        return
     b, p = ids.shape
     s = cache.seq_len
     scratch = shadow.new_kv_cache(b, max_seq_len=s + p)

@@ -1,111 +1,118 @@
-"""Prompts joining the running batch: prefilled into scratch KV caches the scheduler then copies into its rows.
+"""Prompts joining the running batch: prefilled straight into their block tables, a chunk at a time.
 
-Three ways, chosen per distinct prompt (the n choices of one prompt share its prefill):
-    joint      prompts with no cached prefix: one left-padded batch (U, P) through generate's prefill (the
-               engine's own code and modes: "model", or "bf16" through a bf16 copy; generate/prefill.py),
-               left-padded as the engine pads (see generate/batching.py)
-    cached     a prompt whose first h tokens have K/V in the prefix cache: a (1, P) scratch whose slots
-               [0, h) are filled from the cache; only tokens h.. go through generate's prefill, at
-               positions h..P-1
-    scored     echo + logprobs needs the logits of every prompt position: the prompt alone, in chunks of
-               CHUNK tokens (logits_to_keep=0 per chunk bounds the (T, V) logits in memory); no cache reuse
-Every prefilled prompt's full blocks are then offered to the prefix cache.
+A Joiner is one distinct prompt (the n choices of a prompt share it) from admission until its K/V are all in
+its block table. Its table starts with the prompt's cached prefix (the prefix cache's blocks, shared), and
+every scheduler step gives the joiners at most `budget` prompt tokens in all (first come, first served; the
+last one served may get only part of what it needs), so a long prompt is prefilled over several steps while
+the running rows keep decoding between them (chunked prefill).
+
+    chunks    this step's chunks go through generate's own prefill (generate/prefill.py: "model", or "bf16"
+              through a bf16 copy) on a PagedKVCache view of the joiners' tables: rows of different cached
+              lengths and chunk sizes in one forward, each chunk right-aligned (nn/paged_kv_cache.py), in
+              groups whose padding is at most PAD_WASTE of the real tokens
+    scored    echo + logprobs needs the logits of every prompt position: the prompt alone, its chunks with
+              logits_to_keep=0 (so the (T, V) logits stay bounded), no cache reuse
+A joiner whose last chunk ran has the logits of its last position (token 1 of every choice) and offers its
+full blocks to the prefix cache.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from scratchlm.generate.batching import left_pad
 from scratchlm.generate.prefill import prefill
 from scratchlm.model import TransformerLM
-from scratchlm.nn.kv_cache import KVCache
-from scratchlm.serve.prefix_cache import PrefixCache
-from scratchlm.serve.sequence import LogprobInfo
+from scratchlm.nn.paged_kv_cache import BlockTable, PagedKVCache
+from scratchlm.serve.kv_space import KVSpace
+from scratchlm.serve.sequence import LogprobInfo, Sequence
 from scratchlm.serve.token_choice import logprob_infos
 
-CHUNK = 256
+PAD_WASTE = 1.0  # a group's padded tokens may be at most this fraction of its real ones
 
 
-@dataclass
-class Prefilled:
-    """One prompt's prefill: its K/V in row `row` of `cache` (slots [0, width)), its key mask, the logits
-    of its last position, how many tokens came from the prefix cache, and (scored) its prompt logprobs."""
+@dataclass(eq=False)
+class Joiner:
+    """A distinct prompt on its way into the batch, and the sequences (choices) waiting for it."""
 
-    cache: KVCache
-    row: int
-    width: int
-    valid: torch.Tensor  # (width,) bool
-    logits: torch.Tensor  # (V,)
-    cached: int = 0
-    prompt_logprobs: list[LogprobInfo | None] | None = None
+    ids: list[int]  # the tokens its table must hold: the prompt (+ the tokens generated before a preemption)
+    seqs: list[Sequence]
+    table: BlockTable
+    cached: int = 0  # tokens whose K/V came from the prefix cache
+    top_n: int | None = None  # echo + logprobs: the most alternatives a choice wants per prompt token
+    resumed: bool = False  # a preempted sequence coming back: its next token is chosen already
+    logits: torch.Tensor | None = None  # (V,) of the last position, once done
+    prompt_logprobs: list[LogprobInfo | None] = field(default_factory=lambda: [None])
 
+    @property
+    def remaining(self) -> int:
+        return len(self.ids) - self.table.length
 
-def _row_kv(cache: KVCache, row: int, offset: int):
-    """kv(start, end) over a scratch row whose tokens start at slot `offset` (for PrefixCache.store)."""
-    return lambda a, b: (cache.k[:, row, :, offset + a : offset + b], cache.v[:, row, :, offset + a : offset + b])
-
-
-def _joint(model: TransformerLM, prompts: list[tuple[int, ...]], pad_id: int, device: torch.device,
-           mode: str) -> list[Prefilled]:
-    batch = left_pad([list(p) for p in prompts], pad_id, device)
-    u, p = batch.ids.shape
-    scratch = model.new_kv_cache(u, max_seq_len=p)
-    mask = batch.valid if batch.has_padding else None
-    logits = prefill(model, batch.ids, batch.positions, mask, scratch, mode)  # (U, V)
-    return [Prefilled(scratch, r, p, batch.valid[r], logits[r]) for r in range(u)]
+    @property
+    def done(self) -> bool:
+        return self.remaining == 0
 
 
-def _cached(model: TransformerLM, prompt: tuple[int, ...], cache: PrefixCache, chain: list,
-            device: torch.device, mode: str) -> Prefilled:
-    p = len(prompt)
-    scratch = model.new_kv_cache(1, max_seq_len=p)
-    h = cache.fill(chain, scratch.k[:, 0], scratch.v[:, 0])
-    scratch.seq_len = h
-    ids = torch.tensor([prompt[h:]], dtype=torch.long, device=device)  # (1, P - h)
-    positions = torch.arange(h, p, device=device)[None]  # (1, P - h)
-    logits = prefill(model, ids, positions, None, scratch, mode)  # (1, V)
-    return Prefilled(scratch, 0, p, torch.ones(p, dtype=torch.bool, device=device), logits[0], cached=h)
+def _groups(chunks: list[tuple[Joiner, int]]) -> list[list[tuple[Joiner, int]]]:
+    """Chunks sorted by size, grouped so each group's padding stays within PAD_WASTE of its real tokens."""
+    out: list[list[tuple[Joiner, int]]] = []
+    for item in sorted(chunks, key=lambda c: -c[1]):
+        group = out[-1] if out else None
+        if group is not None:
+            width, real = group[0][1], sum(n for _, n in group) + item[1]
+            if width * (len(group) + 1) - real <= PAD_WASTE * real:
+                group.append(item)
+                continue
+        out.append([item])
+    return out
 
 
-def _scored(model: TransformerLM, prompt: tuple[int, ...], top_n: int, device: torch.device) -> Prefilled:
-    p = len(prompt)
-    scratch = model.new_kv_cache(1, max_seq_len=p)
-    ids = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, P)
-    infos: list[LogprobInfo | None] = [None]
-    last = None
-    for a in range(0, p, CHUNK):
-        b = min(a + CHUNK, p)
-        logits = model(ids[:, a:b], torch.arange(a, b, device=device)[None], None, scratch)[0]  # (b - a, V)
-        nxt = ids[0, a + 1 : b + 1]  # the token each position predicts (none after the last)
-        if nxt.numel():
-            infos += logprob_infos(logits[: nxt.shape[0]], nxt, top_n)
-        last = logits[-1]
-    return Prefilled(scratch, 0, p, torch.ones(p, dtype=torch.bool, device=device), last, prompt_logprobs=infos)
+def _run_group(model: TransformerLM, space: KVSpace, group: list[tuple[Joiner, int]], mode: str) -> None:
+    """One forward for a group of chunks: joiner j gets its next n_j tokens, right-aligned in width T."""
+    t = group[0][1]
+    view = PagedKVCache(space.pool, [j.table for j, _ in group]).expect(t, [n for _, n in group])
+    ids = torch.zeros(len(group), t, dtype=torch.long)
+    positions = torch.zeros(len(group), t, dtype=torch.long)
+    for row, (j, n) in enumerate(group):
+        start = j.table.length
+        ids[row, t - n:] = torch.tensor(j.ids[start : start + n])
+        positions[row, t - n:] = torch.arange(start, start + n)
+    dev = space.pool.k.device
+    logits = prefill(model, ids.to(dev), positions.to(dev), view.key_mask(), view, mode)  # (J, V)
+    for row, (j, _) in enumerate(group):
+        if j.done:
+            j.logits = logits[row]
 
 
-def prefill_prompts(model: TransformerLM, prompts: list[tuple[int, ...]], scored: dict[int, int],
-                    cache: PrefixCache, pad_id: int, device: torch.device, mode: str = "model") -> list[Prefilled]:
-    """Prefill every distinct prompt; scored maps prompt index -> top-n of the prompt logprobs wanted;
-    mode: generate's prefill mode (PREFILL_MODES) of the joint and cached prompts."""
-    out: list[Prefilled | None] = [None] * len(prompts)
-    plain: list[int] = []
-    for i, prompt in enumerate(prompts):
-        if i in scored:
-            out[i] = _scored(model, prompt, scored[i], device)
-            continue
-        chain = cache.match(prompt)
-        if chain:
-            out[i] = _cached(model, prompt, cache, chain, device, mode)
+def _run_scored(model: TransformerLM, space: KVSpace, j: Joiner, n: int) -> None:
+    """The next n prompt tokens of an echo + logprobs joiner, with the logprobs of every position."""
+    start = j.table.length
+    view = PagedKVCache(space.pool, [j.table]).expect(n)
+    dev = space.pool.k.device
+    ids = torch.tensor([j.ids], device=dev)
+    logits = model(ids[:, start : start + n], torch.arange(start, start + n, device=dev)[None], None, view)[0]
+    nxt = ids[0, start + 1 : start + n + 1]  # the token each position predicts (none after the last)
+    if nxt.numel():
+        j.prompt_logprobs += logprob_infos(logits[: nxt.shape[0]], nxt, j.top_n)
+    if j.done:
+        j.logits = logits[-1]
+
+
+def prefill_step(model: TransformerLM, space: KVSpace, joiners: list[Joiner], budget: int, mode: str) -> None:
+    """Give the joiners, in order, at most `budget` prompt tokens of prefill this step (at least one chunk)."""
+    chunks: list[tuple[Joiner, int]] = []
+    for j in joiners:
+        if budget <= 0:
+            break
+        n = min(j.remaining, budget)
+        budget -= n
+        if j.top_n is not None:
+            _run_scored(model, space, j, n)
         else:
-            plain.append(i)
-    if plain:
-        for i, res in zip(plain, _joint(model, [prompts[i] for i in plain], pad_id, device, mode)):
-            out[i] = res
-    done = [r for r in out if r is not None]  # every prompt has its result now
-    for prompt, res in zip(prompts, done):
-        offset = res.width - len(prompt)  # left padding of a joint row
-        cache.store(prompt, _row_kv(res.cache, res.row, offset))
-    return done
+            chunks.append((j, n))
+    for group in _groups(chunks):
+        _run_group(model, space, group, mode)
+    for j in joiners:
+        if j.done and not j.resumed:
+            space.offer(j.ids, j.table)

@@ -130,10 +130,7 @@ def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000
     configure_logging(access_log)
     for warning in security_warnings(host, options.api_key):
         print(f"scratchlm serve: warning: {warning}", file=sys.stderr, flush=True)
-    cache = app.state.serve.scheduler.slots.cache
-    mib = (cache.k.numel() + cache.v.numel()) * cache.k.element_size() / (1 << 20)
-    print(f"scratchlm serve: KV cache {cache.batch_size} rows x {cache.max_seq_len} tokens = {mib:,.0f} MiB "
-          f"(--max-batch x --max-context)", file=sys.stderr, flush=True)
+    print(f"scratchlm serve: {app.state.serve.kv_summary()}", file=sys.stderr, flush=True)
     shown = f"[{host}]" if ":" in host else host
     print(f"scratchlm serve: serving '{name}' on http://{shown}:{sock.getsockname()[1]}  (chat page: /, API: /v1)",
           flush=True)

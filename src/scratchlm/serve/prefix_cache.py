@@ -1,54 +1,48 @@
-"""Prefix caching: the K/V of token prefixes already computed, reused by later prompts that start the same way.
+"""Prefix caching as block sharing: full K/V blocks of the pool (nn/paged_kv_cache.py) kept under their exact token
+prefix, so a later prompt that starts the same way takes the same blocks into its block table instead of
+recomputing (or copying) them.
 
-A prompt is cut into blocks of `block` tokens. Block i is stored under the key
-    (id of block i-1, tokens of block i)         (block 0: parent id -1)
-so a key names its whole prefix exactly (a chain of dict lookups, no hash collisions), and a lookup walks
-the prompt's blocks until the first miss. K/V of a block are (L, KvH, block, Hd) per tensor: keys are
-stored already rotated with their absolute positions 0.., which are the same in every prompt that shares
-the prefix, so the reused K/V are what a fresh prefill would compute (up to float rounding of a different
-batch shape). A prompt always keeps at least its last token to prefill (its logits pick token 1).
+A prompt is cut into blocks of the pool's block size b. Block i is registered under the key
+    (entry id of block i-1, tokens of block i)         (block 0: parent -1)
+so a key names its whole prefix exactly (a chain of dict lookups, no hash collisions), and a lookup walks the
+prompt's blocks until the first miss. Keys are stored already rotated with their absolute positions 0.., the
+same in every prompt that shares the prefix, so the shared K/V are what a fresh prefill computes (up to float
+rounding of another batch shape). A prompt always keeps at least its last token to prefill (its logits choose
+token 1).
 
-Memory is bounded by `capacity_bytes`; beyond it the least recently used blocks go first (a hit touches
-a chain child-first, so parents stay younger than their children and are evicted after them).
-Shared system prompts and earlier chat turns (the generated tokens are stored too when a sequence
-finishes) are the hits that matter.
+The cache holds one reference to each block it names (BlockPool.share), so a block outlives the sequence that
+wrote it. At most `capacity` blocks are named; beyond, the least recently used entries go first (a hit
+touches a chain child-first, so parents stay younger than their children and are evicted after them). When
+the pool runs short, `reclaim` drops the least recently used entries that nothing else references. Shared
+system prompts, earlier chat turns and earlier replies (a finished sequence offers its blocks) are the hits
+that matter.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
 
-import torch
+from scratchlm.nn.paged_kv_cache import BlockPool
 
 Key = tuple[int, tuple[int, ...]]
-KVSlice = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]  # (start, end) -> k, v (L, KvH, n, Hd)
 
 
 @dataclass(eq=False)
 class CachedBlock:
-    id: int
+    id: int  # entry id (the parent field of its children's keys)
     key: Key
-    k: torch.Tensor  # (L, KvH, block, Hd)
-    v: torch.Tensor
-
-    @property
-    def nbytes(self) -> int:
-        return self.k.numel() * self.k.element_size() * 2
+    block: int  # pool block id
 
 
 class PrefixCache:
-    """Blocks of cached K/V keyed by their exact token prefix, LRU-bounded in bytes (0 = disabled)."""
+    """Pool blocks keyed by their exact token prefix, LRU-bounded in blocks (capacity 0 = disabled)."""
 
-    def __init__(self, block: int = 16, capacity_bytes: int = 256 << 20) -> None:
-        if block < 1:
-            raise ValueError(f"prefix cache block size must be >= 1, got {block}")
-        if capacity_bytes < 0:
-            raise ValueError(f"prefix cache capacity must be >= 0 bytes, got {capacity_bytes}")
-        self.block, self.capacity = block, capacity_bytes
-        self.blocks: OrderedDict[Key, CachedBlock] = OrderedDict()
-        self.bytes = 0
+    def __init__(self, pool: BlockPool, capacity_blocks: int) -> None:
+        if capacity_blocks < 0:
+            raise ValueError(f"prefix cache capacity must be >= 0 blocks, got {capacity_blocks}")
+        self.pool, self.block, self.capacity = pool, pool.block_size, capacity_blocks
+        self.entries: OrderedDict[Key, CachedBlock] = OrderedDict()
         self._next_id = 0
         self.hit_tokens = 0  # prompt tokens served from the cache so far
         self.lookups = 0
@@ -57,60 +51,69 @@ class PrefixCache:
     def enabled(self) -> bool:
         return self.capacity > 0
 
-    def match(self, tokens: list[int] | tuple[int, ...]) -> list[CachedBlock]:
-        """The longest chain of cached blocks covering a prefix of tokens[:-1] (the last token is never
-        taken: its logits are needed)."""
+    def match(self, tokens: list[int] | tuple[int, ...]) -> list[int]:
+        """Pool blocks of the longest cached chain covering a prefix of tokens[:-1] (the last token is never
+        taken: its logits are needed). The caller shares them (BlockPool.share) to use them."""
         if not self.enabled:
             return []
         self.lookups += 1
         chain: list[CachedBlock] = []
         parent, b = -1, self.block
         for start in range(0, (len(tokens) - 1) // b * b, b):
-            hit = self.blocks.get((parent, tuple(tokens[start : start + b])))
+            hit = self.entries.get((parent, tuple(tokens[start : start + b])))
             if hit is None:
                 break
             chain.append(hit)
             parent = hit.id
-        for blk in reversed(chain):
-            self.blocks.move_to_end(blk.key)
+        for entry in reversed(chain):
+            self.entries.move_to_end(entry.key)
         self.hit_tokens += len(chain) * b
-        return chain
+        return [entry.block for entry in chain]
 
-    def store(self, tokens: list[int] | tuple[int, ...], kv: KVSlice) -> int:
-        """Cache the full blocks of `tokens` not cached yet; kv(start, end) gives their K/V (copied here).
-        Returns how many blocks were added."""
+    def store(self, tokens: list[int] | tuple[int, ...], blocks: list[int]) -> int:
+        """Name the full blocks of a sequence holding `tokens` in `blocks` (its block table); a prefix already
+        named keeps its blocks. Returns how many blocks were added."""
         if not self.enabled:
             return 0
         parent, added, b = -1, 0, self.block
         chain: list[CachedBlock] = []
-        for start in range(0, len(tokens) // b * b, b):
+        for i, start in enumerate(range(0, min(len(tokens) // b, len(blocks)) * b, b)):
             key = (parent, tuple(tokens[start : start + b]))
-            blk = self.blocks.get(key)
-            if blk is None:
-                k, v = kv(start, start + b)
-                blk = CachedBlock(self._next_id, key, k.clone(), v.clone())
-                if blk.nbytes > self.capacity:
-                    break
+            entry = self.entries.get(key)
+            if entry is None:
+                entry = CachedBlock(self._next_id, key, blocks[i])
                 self._next_id += 1
-                self.blocks[key] = blk
-                self.bytes += blk.nbytes
+                self.pool.share([entry.block])
+                self.entries[key] = entry
                 added += 1
-            chain.append(blk)
-            parent = blk.id
-        for blk in reversed(chain):  # parents end up younger than their children
-            self.blocks.move_to_end(blk.key)
-        self._evict()
+            chain.append(entry)
+            parent = entry.id
+        for entry in reversed(chain):  # parents end up younger than their children
+            self.entries.move_to_end(entry.key)
+        while len(self.entries) > self.capacity:
+            self._drop(next(iter(self.entries.values())))
         return added
 
-    def _evict(self) -> None:
-        while self.bytes > self.capacity and self.blocks:
-            _, blk = self.blocks.popitem(last=False)
-            self.bytes -= blk.nbytes
+    def _drop(self, entry: CachedBlock) -> None:
+        del self.entries[entry.key]
+        self.pool.release([entry.block])
 
-    def fill(self, chain: list[CachedBlock], k: torch.Tensor, v: torch.Tensor) -> int:
-        """Write a matched chain into slots [0, n) of k, v (L, KvH, S, Hd) views; returns n."""
-        b = self.block
-        for i, blk in enumerate(chain):
-            k[:, :, i * b : (i + 1) * b] = blk.k
-            v[:, :, i * b : (i + 1) * b] = blk.v
-        return len(chain) * b
+    def reclaimable(self) -> int:
+        """Blocks that only the cache references (dropping their entries frees them)."""
+        return sum(1 for e in self.entries.values() if self.pool.refs[e.block] == 1)
+
+    def reclaim(self, n: int) -> int:
+        """Drop least recently used entries that nothing else references until n blocks are free again;
+        returns how many were freed."""
+        freed = 0
+        for entry in list(self.entries.values()):
+            if freed >= n:
+                break
+            if self.pool.refs[entry.block] == 1:
+                self._drop(entry)
+                freed += 1
+        return freed
+
+    def clear(self) -> None:
+        for entry in list(self.entries.values()):
+            self._drop(entry)

@@ -1,21 +1,27 @@
-"""Step-level continuous batching: sequences join and leave the running batch between decode steps.
+"""Step-level continuous batching over paged K/V memory: sequences join and leave the running batch between
+decode steps.
 
-The generation engine (scratchlm.generate.engine) runs a fixed batch from prefill to the end; a
-server needs rows to come and go. This scheduler builds that step loop on the same pieces: the model
-+ KV cache forward (`forward_last`), the left-padding prefill (`left_pad`) and the samplers
-(`choose_next_token`). One background thread repeats:
+The generation engine (scratchlm.generate.engine) runs a fixed batch from prefill to the end; a server
+needs rows to come and go. This scheduler builds that step loop on the engine's pieces (generate's prefill,
+decode steps and samplers) and a block pool (serve/kv_space.py): every sequence's K/V live in blocks of one
+pool, listed in its block table, shared with other sequences and the prefix cache where the tokens agree.
+One background thread repeats:
 
-    1. drop cancelled rows (a client went away) and admit waiting sequences into free rows:
-       prefill them (serve/joining.py: together, or from the prefix cache), copy their K/V into the
-       SlotCache, choose token 1
-    2. one decode step for all n active rows: logits (n, V) = model(last tokens (n, 1),
-       positions (n, 1), key mask (n, c + 1), cache view);  each row chooses with its own params,
-       constraint and logprobs (serve/token_choice.py)
-    3. finished rows leave (their row is reused at the next step; their K/V go to the prefix cache)
+    1. drop cancelled sequences; admit waiting ones while a batch row and blocks for their prompt are free
+       (a prompt's cached prefix is shared, not copied; the n choices of a prompt share one prefill), else
+       they keep waiting (FIFO)
+    2. prefill: at most `prefill_chunk` prompt tokens this step (serve/joining.py), so a long prompt is
+       prefilled in chunks between the running rows' decode steps; a prompt whose last chunk ran chooses
+       token 1 of each of its choices, which join the running rows
+    3. one decode step for all n running rows (serve/batch_rows.py: the model's forward over the block
+       tables for decode="model", the packed C++ step on a contiguous window otherwise): logits (n, V);
+       each row chooses with its own params, constraint and logprobs (serve/token_choice.py)
+    4. finished rows leave: their blocks go to the prefix cache (full ones) and back to the pool
+Before a step every row gets room for its next token; when the pool is out of blocks (after reclaiming what
+only the prefix cache holds) the most recently admitted row is preempted: its blocks are freed and it waits
+again at the head of the queue, to be prefilled anew (its prompt + the tokens it generated) and go on
+exactly where it stopped (vLLM's recompute preemption).
 
-The decode step is `make_decode_step(model, decode)`: "model" (the model's forward) or "fast" /
-"fast-int8" (generate.fast_decode.FastDecoder on the same slot cache). Prefill runs generate's prefill
-(generate/prefill.py) in the `prefill` mode: "model", or "bf16" through a bf16 copy of the model.
 The waiting queue is bounded (`max_queue` sequences): `submit` raises QueueFull beyond it.
 `abort(message)` fails every sequence at the next step boundary (graceful shutdown).
 Everything here runs on the scheduler thread; other threads call submit() / cancel() / abort() only.
@@ -34,10 +40,11 @@ import torch
 from scratchlm.generate.decode_step import DECODE_MODES, make_decode_step
 from scratchlm.generate.prefill import PREFILL_MODES
 from scratchlm.model import TransformerLM
-from scratchlm.serve.joining import prefill_prompts
-from scratchlm.serve.prefix_cache import PrefixCache
+from scratchlm.nn.paged_kv_cache import BlockTable, PoolExhausted
+from scratchlm.serve.batch_rows import PagedRows, StagedRows
+from scratchlm.serve.joining import Joiner, prefill_step
+from scratchlm.serve.kv_space import BLOCK, KVSpace
 from scratchlm.serve.sequence import Sequence
-from scratchlm.serve.slot_cache import SlotCache
 from scratchlm.serve.token_choice import choose_tokens
 
 SERVE_DECODE_MODES = tuple(m for m in DECODE_MODES if m != "compiled")  # compiled: recompiles per batch size
@@ -54,46 +61,78 @@ class SchedulerStats:
 
     waiting: int = 0
     active: int = 0
+    prefilling: int = 0  # sequences whose prompt is being prefilled (chunked)
     steps: int = 0
     completed: int = 0
     cancelled: int = 0
     errors: int = 0
     rejected: int = 0  # sequences refused because the queue was full
+    preempted: int = 0  # rows that gave their blocks back and waited again
     max_active: int = 0
     decoded_tokens: int = 0  # tokens chosen, from prefill logits and from decode steps
     decode_rows: int = 0  # sum over decode steps of the rows in the step (mean batch = decode_rows / steps)
     prompt_tokens: int = 0  # prompt tokens admitted
     cached_prompt_tokens: int = 0  # of which K/V came from the prefix cache
+    kv_blocks_used: int = 0  # pool blocks in use (running rows, prefills, prefix cache)
+    kv_blocks_total: int = 0
+    kv_blocks_high_water: int = 0
+    decode_window_bytes: int = 0  # the fast step's contiguous copy of the running rows' K/V
 
 
 class Scheduler:
-    """Runs every submitted Sequence to completion in a shared, changing batch."""
+    """Runs every submitted Sequence to completion in a shared, changing batch (see the module docstring).
+
+    kv_blocks: the pool's size in blocks (default: enough for max_batch rows x the context, pages touched
+    by use); prefix_blocks: how many of them the prefix cache may name (0 = off); prefill_chunk: prompt
+    tokens prefilled per step at most."""
 
     def __init__(self, model: TransformerLM, max_batch: int = 32, pad_id: int = 0, decode: str = "model",
-                 max_queue: int = 256, prefix_cache: PrefixCache | None = None, context: int | None = None,
-                 prefill: str = "model") -> None:
+                 max_queue: int = 256, context: int | None = None, prefill: str = "model",
+                 kv_blocks: int | None = None, prefix_blocks: int = 0, prefill_chunk: int = 512) -> None:
         if decode not in SERVE_DECODE_MODES:
             raise ValueError(f"unknown decode mode {decode!r} for serving; valid: {SERVE_DECODE_MODES}")
         if prefill not in PREFILL_MODES:
             raise ValueError(f"unknown prefill mode {prefill!r}; valid: {PREFILL_MODES}")
-        self.prefill = prefill
         if max_queue < 0:
             raise ValueError(f"max_queue={max_queue} must be >= 0 (0 = no waiting: busy means 429)")
+        if max_batch < 1:
+            raise ValueError(f"the batch needs at least 1 row, got max_batch={max_batch}; use --max-batch 1 or more")
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk={prefill_chunk} must be >= 1 token")
         self.model = model.eval()
-        self.decode_step = make_decode_step(self.model, decode)
-        self.slots = SlotCache(model, max_batch, context)  # context: tokens per row (default max_seq_len)
-        self.device = self.slots.cache.k.device
+        self.prefill, self.prefill_chunk, self.max_batch = prefill, prefill_chunk, max_batch
+        self.context = context or model.config.max_seq_len
+        if kv_blocks is None:
+            kv_blocks = max_batch * -(-self.context // BLOCK)
+        self.space = KVSpace(model, kv_blocks, prefix_blocks, BLOCK)
+        step = make_decode_step(self.model, decode)
+        self.rows_impl = (PagedRows(self.space, step) if decode == "model"
+                          else StagedRows(self.model, self.space, step, max_batch, self.context))
+        self.device = self.space.pool.k.device
         self.pad_id, self.max_queue = pad_id, max_queue
-        self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache(capacity_bytes=0)
-        self.rows: list[Sequence] = []  # rows[i] is the sequence in cache row i
-        self.joining: list[Sequence] = []  # taken from `waiting`, being prefilled this step
+        self.rows: list[Sequence] = []  # rows[i] is the sequence in batch row i
+        self.joiners: list[Joiner] = []  # admitted, being prefilled
         self.waiting: deque[Sequence] = deque()
-        self.stats = SchedulerStats()
+        self.stats = SchedulerStats(kv_blocks_total=self.space.pool.capacity)
         self.recent: deque[tuple[float, int]] = deque()  # (time, tokens chosen) of the last steps, for tokens/s
+        self._admitted = 0
         self._cond = threading.Condition()
         self._running = False
         self._abort: str | None = None
         self._thread: threading.Thread | None = None
+
+    @property
+    def prefix_cache(self):
+        return self.space.prefix
+
+    @property
+    def slots(self):
+        """The fast step's SlotCache window (None for decode="model")."""
+        return getattr(self.rows_impl, "slots", None)
+
+    @property
+    def seats_taken(self) -> int:
+        return len(self.rows) + sum(len(j.seqs) for j in self.joiners)
 
     # ---- called from other threads -------------------------------------------------------------
     def start(self) -> None:
@@ -115,7 +154,7 @@ class Scheduler:
         """Queue sequences; they join the running batch at the next step. QueueFull when the waiting
         queue would exceed max_queue (a request's choices are taken all or none)."""
         with self._cond:
-            free = self.slots.free_rows - len(self.joining)
+            free = self.max_batch - self.seats_taken
             if len(self.waiting) + len(sequences) > self.max_queue + max(free, 0):
                 self.stats.rejected += len(sequences)
                 raise QueueFull(f"{len(self.waiting)} sequences are waiting (limit {self.max_queue})")
@@ -147,7 +186,7 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while self._running and not self.waiting and not self.rows and self._abort is None:
+                while self._running and not self.waiting and not self.rows and not self.joiners and self._abort is None:
                     self._cond.wait()
                 if not self._running:
                     break
@@ -161,66 +200,150 @@ class Scheduler:
                 log.exception("scheduler step failed; failing the running and waiting sequences")
                 self._fail_all(f"internal error in the scheduler ({type(exc).__name__}); see the server log")
 
-    def _take_waiting(self) -> list[Sequence]:
+    # ---- admission and prefill -----------------------------------------------------------------
+    def _admit(self) -> None:
+        """Waiting sequences become joiners, first come first served, while a seat and blocks are free."""
         with self._cond:
             for s in [s for s in self.waiting if s.cancelled]:
                 self.waiting.remove(s)
                 self._retire(s)
-            take = [self.waiting.popleft() for _ in range(min(self.slots.free_rows, len(self.waiting)))]
             self.stats.waiting = len(self.waiting)
-            self.joining = take  # kept on self so that _fail_all reaches them too
-        return take
+        while True:
+            with self._cond:
+                if not self.waiting or self.seats_taken >= self.max_batch:
+                    return
+                head = self.waiting[0]
+            group = self._group(head)
+            if not self._start_joiner(group):
+                return
+            with self._cond:
+                for s in group:
+                    self.waiting.remove(s)
+                self.stats.waiting = len(self.waiting)
 
+    def _group(self, head: Sequence) -> list[Sequence]:
+        """The head and the waiting choices of the same prompt right behind it (a request's n choices), as
+        many as seats allow; a preempted sequence comes back alone."""
+        if head.started:
+            return [head]
+        group = [head]
+        with self._cond:
+            for s in list(self.waiting)[1:]:
+                if len(group) >= self.max_batch - self.seats_taken or s.started or s.prompt != head.prompt \
+                        or s.needs_prompt_logprobs != head.needs_prompt_logprobs:
+                    break
+                group.append(s)
+        return group
+
+    def _start_joiner(self, group: list[Sequence]) -> bool:
+        """Admit `group` as one joiner with blocks for its whole prompt; False (nothing changed) when the pool
+        cannot hold it now without taking the running rows' next blocks."""
+        head = group[0]
+        ids = head.prompt + head.tokens[:-1] if head.started else list(head.prompt)
+        scored = head.needs_prompt_logprobs
+        table = BlockTable() if scored else self.space.start(ids)
+        bs = self.space.block
+        copies = len(group) - 1 if len(ids) % bs else 0  # the choices' own copies of the last, partial block
+        need = self.space.blocks_for(len(ids)) - len(table.blocks) + copies
+        headroom = sum(1 for s in self.rows if s.kv.room(bs) == 0)  # rows that need a block at the next step
+        if need + headroom > self.space.available() or not self.space.grow(table, len(ids) - table.length):
+            self.space.release(table)
+            return False
+        for s in group:
+            s.admitted, self._admitted = self._admitted, self._admitted + 1
+        top_n = max(s.top_logprobs for s in group) if scored else None
+        self.joiners.append(Joiner(ids, group, table, cached=table.length, top_n=top_n, resumed=head.started))
+        return True
+
+    def _prefill(self) -> None:
+        """This step's prefill chunks; joiners whose prompt is complete enter the running rows."""
+        prefill_step(self.model, self.space, self.joiners, self.prefill_chunk, self.prefill)
+        done = [j for j in self.joiners if j.done]
+        self.joiners = [j for j in self.joiners if not j.done]
+        for j in done:
+            self._enter(j)
+
+    def _enter(self, j: Joiner) -> None:
+        """A prefilled joiner's sequences take their tables and rows; fresh ones choose token 1."""
+        if j.resumed:
+            seq = j.seqs[0]
+            seq.kv = j.table
+            self._add_rows([seq])
+            return
+        placed = []
+        for i, s in enumerate(j.seqs):
+            try:
+                s.kv = j.table if i == 0 else self.space.fork(j.table)
+                placed.append(s)
+            except PoolExhausted:  # no block for this choice's copy of the last block: it waits again
+                with self._cond:
+                    self.waiting.appendleft(s)
+        entering = []
+        for s in placed:
+            s.cached_tokens = j.cached
+            self.stats.prompt_tokens += len(s.prompt)
+            self.stats.cached_prompt_tokens += j.cached
+            s.start(j.prompt_logprobs if s.needs_prompt_logprobs else None)
+            if s.done:  # max_tokens 0: the prompt was all it wanted
+                self._release(s)
+                self._retire(s)
+            else:
+                entering.append(s)
+        if entering:
+            self._add_rows(entering)
+            logits = torch.stack([j.logits] * len(entering))  # (J, V)
+            self._choose_and_push(logits, first_row=len(self.rows) - len(entering))
+
+    def _add_rows(self, seqs: list[Sequence]) -> None:
+        self.rows_impl.add(seqs)
+        self.rows.extend(seqs)
+        self.stats.max_active = max(self.stats.max_active, len(self.rows))
+
+    # ---- decode -----------------------------------------------------------------------------------
     @torch.inference_mode()
     def step(self) -> None:
-        """Admit, decode one token for every active row, retire finished rows."""
+        """Admit, prefill (a chunk's worth), decode one token for every running row, retire finished rows."""
         for row in reversed(range(len(self.rows))):
             if self.rows[row].cancelled:
                 self._remove_row(row)
-        joining = self._take_waiting()
-        if joining:
-            self._admit(joining)
-        self.joining = []
+        for j in [j for j in self.joiners if all(s.cancelled for s in j.seqs)]:
+            self.joiners.remove(j)
+            self.space.release(j.table)
+            for s in j.seqs:
+                self._retire(s)
+        self._admit()
+        if self.joiners:
+            self._prefill()
+        if self.rows:
+            self._make_room()
         if self.rows:
             self._decode()
-        self.stats.active = len(self.rows)
+        self._update_stats()
 
-    def _admit(self, joining: list[Sequence]) -> None:
-        """Prefill the joiners' distinct prompts (the n choices of a prompt share one prefill), move them
-        into the slot cache, choose token 1 of every joiner."""
-        distinct: dict[tuple[int, ...], int] = {}
-        source = [distinct.setdefault(tuple(s.prompt), len(distinct)) for s in joining]  # joiner -> prompt
-        scored: dict[int, int] = {}  # prompt -> the most alternatives any of its echo + logprobs joiners wants
-        for s, src in zip(joining, source):
-            if s.needs_prompt_logprobs:
-                scored[src] = max(scored.get(src, 0), s.top_logprobs)
-        done = prefill_prompts(self.model, list(distinct), scored, self.prefix_cache, self.pad_id, self.device,
-                               self.prefill)
-        for s, src in zip(joining, source):
-            s.cached_tokens = done[src].cached
-            self.stats.prompt_tokens += len(s.prompt)
-            self.stats.cached_prompt_tokens += done[src].cached
-            s.start(done[src].prompt_logprobs)
-        entering = [(s, src) for s, src in zip(joining, source) if not s.done]
-        for s in joining:
-            if s.done:  # max_tokens 0: the prompt was all it wanted
-                self._retire(s)
-        if not entering:
-            return
-        self.slots.ensure_left_room(max(done[src].width for _, src in entering))
-        for s, src in entering:
-            self.slots.insert(done[src].cache, done[src].valid[None], [done[src].row])
-            self.rows.append(s)
-        self.stats.max_active = max(self.stats.max_active, len(self.rows))
-        logits = torch.stack([done[src].logits for _, src in entering])  # (J, V)
-        self._choose_and_push(logits, first_row=len(self.rows) - len(entering))
+    def _make_room(self) -> None:
+        """Room in every row's table for its next token; preempt the newest rows while the pool is short."""
+        bs = self.space.block
+        i = 0
+        while i < len(self.rows):
+            s = self.rows[i]
+            if s.kv.room(bs) > 0 or self.space.grow(s.kv, 1):
+                i += 1
+                continue
+            self._preempt(max(range(len(self.rows)), key=lambda r: self.rows[r].admitted))
+            i = 0  # rows moved: check them again
+
+    def _preempt(self, row: int) -> None:
+        """Free the row's blocks and send it back to the head of the queue (it resumes where it stopped)."""
+        seq = self.rows[row]
+        self._drop_row(row)
+        self.space.release(seq.kv)
+        seq.kv = None
+        with self._cond:
+            self.waiting.appendleft(seq)
+        self.stats.preempted += 1
 
     def _decode(self) -> None:
-        view, key_mask = self.slots.step_view()  # cache rows[:n], mask (n, c + 1)
-        tokens = torch.tensor([[s.tokens[-1]] for s in self.rows], dtype=torch.long, device=key_mask.device)
-        positions = torch.tensor([[s.last_position] for s in self.rows], dtype=torch.long, device=key_mask.device)
-        logits = self.decode_step(tokens, positions, key_mask, view)  # (n, V)
-        self.slots.finish_step(view)
+        logits = self.rows_impl.decode(self.rows)  # (n, V)
         self.stats.steps += 1
         self.stats.decode_rows += len(self.rows)
         self._choose_and_push(logits, first_row=0)
@@ -240,26 +363,27 @@ class Scheduler:
             if self.rows[row].done:
                 self._remove_row(row)
 
-    def _remove_row(self, row: int) -> None:
-        seq = self.rows[row]
-        self._store_prefix(row, seq)
-        moved = self.slots.remove(row)
+    def _drop_row(self, row: int) -> None:
+        """Take row `row` out of the batch (the last row moves into it)."""
+        moved = self.rows_impl.remove(row)
         if moved is not None:
             self.rows[row] = self.rows[moved]
         self.rows.pop()
+
+    def _remove_row(self, row: int) -> None:
+        seq = self.rows[row]
+        self._drop_row(row)
+        self._release(seq)
         self._retire(seq)
 
-    def _store_prefix(self, row: int, seq: Sequence) -> None:
-        """Offer the row's K/V (prompt + generated tokens but the last, which was never fed) to the prefix cache."""
-        if not self.prefix_cache.enabled:
+    def _release(self, seq: Sequence) -> None:
+        """Offer the sequence's full blocks (prompt + generated tokens but the last, never fed) to the prefix
+        cache, then give its blocks back."""
+        if seq.kv is None:
             return
-        ids = seq.prompt + seq.tokens[:-1]
-        slots = self.slots.valid[row].nonzero()[:, 0]  # the row's slots, contiguous
-        if slots.numel() != len(ids) or int(slots[-1] - slots[0]) + 1 != len(ids):
-            return
-        first = int(slots[0])
-        k, v = self.slots.cache.k, self.slots.cache.v
-        self.prefix_cache.store(ids, lambda a, b: (k[:, row, :, first + a : first + b], v[:, row, :, first + a : first + b]))
+        self.space.offer(seq.prompt + seq.tokens[:-1], seq.kv)
+        self.space.release(seq.kv)
+        seq.kv = None
 
     def _retire(self, seq: Sequence) -> None:
         if seq.cancelled and not seq.done:
@@ -268,18 +392,31 @@ class Scheduler:
         elif seq.done:
             self.stats.completed += 1
 
+    def _update_stats(self) -> None:
+        pool = self.space.pool
+        self.stats.active = len(self.rows)
+        self.stats.prefilling = sum(len(j.seqs) for j in self.joiners)
+        self.stats.kv_blocks_used, self.stats.kv_blocks_high_water = pool.used, pool.high_water
+        self.stats.decode_window_bytes = self.rows_impl.nbytes
+
     def _fail_all(self, message: str) -> None:
         """Fail every running and waiting sequence and start clean (internal error, or shutdown)."""
         with self._cond:
-            victims = self.rows + [s for s in self.joining if s not in self.rows] + list(self.waiting)
+            joined = [s for j in self.joiners for s in j.seqs]
+            victims = self.rows + [s for s in joined if s not in self.rows] + list(self.waiting)
             self.waiting.clear()
-            self.joining = []
             self.stats.waiting = 0
-        victims = [s for s in victims if not s.done]
         for s in victims:
-            s.fail(message)
-        self.stats.errors += len(victims)
-        self.rows = []
-        while self.slots.rows:
-            self.slots.remove(self.slots.rows - 1)
-        self.stats.active = 0
+            if not s.done:
+                s.fail(message)
+                self.stats.errors += 1
+        for s in self.rows:
+            if s.kv is not None:
+                self.space.release(s.kv)
+                s.kv = None
+        for j in self.joiners:
+            if j.table.blocks:
+                self.space.release(j.table)
+        self.joiners, self.rows = [], []
+        self.rows_impl.clear()
+        self._update_stats()

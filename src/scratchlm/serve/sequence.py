@@ -78,6 +78,9 @@ class Sequence:
     pending: list[TokenLogprob] = field(default_factory=list)
     cancelled: bool = False
     done: bool = False
+    kv: Any = None  # its BlockTable (nn/paged_kv_cache.py) while it holds K/V in the scheduler's pool
+    admitted: int = -1  # admission order (the newest running row is the first to give way when blocks run out)
+    started: bool = False  # start() ran (a preempted sequence comes back without a second start)
 
     @classmethod
     def create(
@@ -105,6 +108,7 @@ class Sequence:
     def start(self, prompt_logprobs: list[LogprobInfo | None] | None = None) -> None:
         """Called once the prompt is prefilled: echo the prompt (with its logprobs), or finish at once
         when no token is wanted (max_tokens 0: scoring the prompt)."""
+        self.started = True
         if self.echo:
             dec = IncrementalDetokenizer(self.stopper.decoders[0].tokenizer)
             entries = []

@@ -15,7 +15,7 @@ from fastapi import Request
 from scratchlm.tokenizer.chat.render import default_stop_ids
 from scratchlm.model import TransformerLM
 from scratchlm.serve.prometheus import ServerMetrics
-from scratchlm.serve.prefix_cache import PrefixCache
+from scratchlm.serve.kv_space import BLOCK, DEFAULT_KV_CACHE_MB, blocks_for_bytes
 from scratchlm.serve.prompting import JobContext
 from scratchlm.serve.protocol import APIError
 from scratchlm.serve.scheduler import Scheduler
@@ -38,13 +38,22 @@ class ServeOptions:
     prefix_cache_mb: float = 256.0
     allowed_hosts: list[str] | None = None  # None: any Host header
     allowed_origins: list[str] | None = None  # None: no CORS headers at all
-    max_context: int | None = None  # None: the model's max_seq_len; less shrinks the KV cache (batch x context)
+    max_context: int | None = None  # None: the model's max_seq_len (or less when the K/V pool holds less)
+    kv_cache_mb: float = DEFAULT_KV_CACHE_MB  # the K/V block pool, shared by every sequence
+    kv_cache_tokens: int | None = None  # the pool as a token budget instead (wins over kv_cache_mb)
+    prefill_chunk: int = 512  # prompt tokens prefilled per scheduler step at most (chunked prefill)
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1024:
             raise ValueError(f"max_body_bytes={self.max_body_bytes} is too small; use at least 1024")
         if self.prefix_cache_mb < 0:
             raise ValueError(f"--prefix-cache-mb {self.prefix_cache_mb} must be >= 0 (0 turns the cache off)")
+        if self.kv_cache_mb <= 0:
+            raise ValueError(f"--kv-cache-mb {self.kv_cache_mb} must be > 0")
+        if self.kv_cache_tokens is not None and self.kv_cache_tokens < 2:
+            raise ValueError(f"--kv-cache-tokens {self.kv_cache_tokens} must be >= 2")
+        if self.prefill_chunk < 1:
+            raise ValueError(f"--prefill-chunk {self.prefill_chunk} must be >= 1 token")
 
 
 def served_context(model_context: int, max_context: int | None) -> int:
@@ -57,6 +66,17 @@ def served_context(model_context: int, max_context: int | None) -> int:
     return max_context
 
 
+def pool_blocks(model: TransformerLM, options: ServeOptions, context: int) -> int:
+    """Blocks of the K/V pool: --kv-cache-tokens, else --kv-cache-mb, never more than every row could use
+    (--max-batch x the context)."""
+    wanted = (-(-options.kv_cache_tokens // BLOCK) if options.kv_cache_tokens is not None
+              else blocks_for_bytes(model, options.kv_cache_mb))
+    if wanted < 1:
+        raise ValueError(f"--kv-cache-mb {options.kv_cache_mb} holds no {BLOCK}-token block of this model's K/V; "
+                         "raise it")
+    return min(wanted, options.max_batch * -(-context // BLOCK))
+
+
 class ServerState:
     """One served model and everything the handlers need around it."""
 
@@ -64,12 +84,14 @@ class ServerState:
                  stop_token_ids: list[int] | None = None, chat_template: Any = None) -> None:
         self.model, self.tokenizer, self.model_name, self.options = model, tokenizer, model_name, options
         self.api_key, self.max_body_bytes = options.api_key, options.max_body_bytes
-        self.context = served_context(model.config.max_seq_len, options.max_context)
+        context = served_context(model.config.max_seq_len, options.max_context)
+        blocks = pool_blocks(model, options, context)
+        self.context = min(context, blocks * BLOCK)  # a sequence never holds more than the whole pool
         self.vocab_size = model.config.vocab_size
-        cache = PrefixCache(capacity_bytes=int(options.prefix_cache_mb * (1 << 20)))
         self.scheduler = Scheduler(model, max_batch=options.max_batch, decode=options.decode,
-                                   max_queue=options.max_queue, prefix_cache=cache, context=self.context,
-                                   prefill=options.prefill)
+                                   max_queue=options.max_queue, context=self.context, prefill=options.prefill,
+                                   kv_blocks=blocks, prefix_blocks=blocks_for_bytes(model, options.prefix_cache_mb),
+                                   prefill_chunk=options.prefill_chunk)
         chat_stops = list(dict.fromkeys([*(stop_token_ids or []), *default_stop_ids(tokenizer)]))
         structured = StructuredOutput(tokenizer, self.vocab_size, chat_stops)
         self.jobs = JobContext(tokenizer, self.context, self.vocab_size, structured, stop_token_ids, chat_stops,
@@ -77,6 +99,13 @@ class ServerState:
         self.metrics = ServerMetrics(self.scheduler)
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="scratchlm-tokenize")
         self.draining = False
+
+    def kv_summary(self) -> str:
+        """The start-up line about K/V memory."""
+        space = self.scheduler.space
+        return (f"K/V pool {space.pool.capacity} blocks x {space.block} tokens = {space.bytes / (1 << 20):,.0f} MiB "
+                f"(--kv-cache-mb / --kv-cache-tokens; filled as used), shared by up to {self.options.max_batch} "
+                f"sequences of at most {self.context} tokens")
 
     def check_auth(self, request: Request) -> None:
         """401 unless `Authorization: Bearer <api key>` matches (when a key is configured)."""

@@ -1,0 +1,131 @@
+"""The scheduler on paged K/V memory, against the definition (the model's full forward) and the engine.
+
+    - every decode step's logits, for every row of a ragged batch that changes as rows join and leave, equal the
+      row's own full forward, on the reference decode (attention over block tables) and the packed fast step
+      (its window written through to the blocks), with and without sliding windows shorter than the rows; at
+      the end each row's blocks hold exactly the K/V a contiguous cache holds for its tokens
+    - a pool too small for the batch: rows are preempted (their blocks freed, prefilled again later) and every
+      greedy and seeded output still equals the engine's; the pool is never overdrawn
+    - admission waits while the pool is full (the queue grows, nothing fails), then 429 beyond --max-queue
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scratchlm.config import get_preset
+from scratchlm.generate import generate
+from scratchlm.generate.sampling import SamplingParams
+from scratchlm.model import TransformerLM
+from scratchlm.serve.scheduler import QueueFull, Scheduler
+from scratchlm.serve.sequence import Sequence
+from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer
+
+CONTEXT = 64
+TOL = dict(rtol=1e-4, atol=1e-4)
+TOK = Tokenizer({i: bytes([i]) for i in range(256)}, [], DEFAULT_SPECIAL_TOKENS)
+
+
+def model_of(window: int | None = None) -> TransformerLM:
+    torch.manual_seed(0)
+    return TransformerLM(get_preset("llama-tiny", vocab_size=259, d_model=64, n_layers=2, n_kv_heads=2,
+                                    max_seq_len=CONTEXT, init_std=0.5, sliding_window=window)).eval()
+
+
+def make(prompt, max_tokens, params=SamplingParams(), seed=None) -> Sequence:
+    return Sequence.create(0, prompt, max_tokens, params, lambda e: None, tokenizer=TOK, vocab_size=259, seed=seed)
+
+
+def jobs(n: int, seed: int) -> list[tuple[list[int], int]]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        p = int(torch.randint(1, 30, (1,), generator=g))
+        out.append((torch.randint(0, 256, (p,), generator=g).tolist(), int(torch.randint(1, 25, (1,), generator=g))))
+    return out
+
+
+def drain(sched: Scheduler) -> None:
+    while sched.rows or sched.waiting or sched.joiners:
+        sched.step()
+
+
+@pytest.mark.parametrize("window", [None, 6])
+@pytest.mark.parametrize("decode", ["model", "fast"])
+def test_every_step_equals_the_full_forward_and_blocks_hold_the_contiguous_kv(decode, window):
+    model = model_of(window)
+    sched = Scheduler(model, max_batch=4, decode=decode, prefill_chunk=16)
+    steps: list[tuple[list[list[int]], torch.Tensor]] = []
+    decode_rows = sched.rows_impl.decode
+
+    def recording(rows):
+        logits = decode_rows(rows)
+        steps.append(([s.prompt + s.tokens for s in rows], logits.clone()))
+        return logits
+
+    sched.rows_impl.decode = recording
+    stored: list[tuple[list[int], torch.Tensor, torch.Tensor]] = []
+    release = sched._release
+
+    def checking(seq):
+        if seq.kv is not None:
+            stored.append((seq.prompt + seq.tokens[:-1], *sched.space.pool.read(seq.kv)))
+        release(seq)
+
+    sched._release = checking
+    seqs = [make(p, m) for p, m in jobs(10, seed=3)]
+    for s in seqs:
+        sched.submit([s])
+        sched.step()
+    drain(sched)
+    assert sched.stats.max_active == 4 and sched.space.pool.used == 0
+    with torch.no_grad():
+        for seqs_at_step, logits in steps:
+            for row, tokens in enumerate(seqs_at_step):
+                torch.testing.assert_close(logits[row], model(torch.tensor([tokens]))[0, -1], **TOL)
+        for tokens, k, v in stored:  # (L, KvH, n, Hd) from the blocks vs a contiguous cache of the same tokens
+            cache = model.new_kv_cache(1, max_seq_len=len(tokens))
+            model(torch.tensor([tokens]), kv_cache=cache)
+            torch.testing.assert_close(k, cache.k[:, 0], **TOL)
+            torch.testing.assert_close(v, cache.v[:, 0], **TOL)
+    assert len(steps) > 20 and len(stored) == 10
+
+
+@pytest.mark.parametrize("decode", ["model", "fast"])
+def test_preempted_rows_resume_with_the_engines_outputs(decode):
+    model = model_of()
+    sched = Scheduler(model, max_batch=4, decode=decode, kv_blocks=6)  # 96 tokens for 4 rows of up to 54
+    greedy, sampled = SamplingParams(), SamplingParams(temperature=0.9, top_k=40)
+    g = torch.Generator().manual_seed(7)
+    work = [(torch.randint(0, 256, (int(torch.randint(2, 20, (1,), generator=g)),), generator=g).tolist(), 34,
+             greedy if i % 2 else sampled, 50 + i) for i in range(6)]
+    seqs = [make(p, m, params, seed) for p, m, params, seed in work]
+    sched.submit(seqs)
+    while sched.rows or sched.waiting or sched.joiners:
+        sched.step()
+        assert sched.space.pool.used <= 6
+    assert sched.stats.preempted > 0 and sched.stats.completed == 6 and sched.space.pool.used == 0
+    for s, (p, m, params, seed) in zip(seqs, work):
+        kw = {} if params.greedy else {"temperature": 0.9, "top_k": 40, "seed": seed}
+        assert s.tokens == generate(model, [p], m, **kw)[0]
+
+
+def test_a_full_pool_queues_then_refuses():
+    """Rows are free but the pool is not: the next prompt waits in the queue (FIFO) instead of failing; past
+    max_queue waiting sequences, submit raises QueueFull (the server's 429)."""
+    model = model_of()
+    sched = Scheduler(model, max_batch=4, decode="fast", kv_blocks=4, max_queue=2)
+    long = [make(list(range(s, s + 30)), 20) for s in (40, 100)]  # 2 rows x 2 blocks: the whole pool
+    sched.submit(long)
+    sched.step()
+    assert len(sched.rows) == 2 and sched.space.pool.free == 0
+    waiting = [make([1, 2, 3], 5), make([4, 5], 5)]
+    sched.submit(waiting)
+    sched.step()
+    assert list(sched.waiting) == waiting and len(sched.rows) == 2  # seats free, blocks not: they wait
+    with pytest.raises(QueueFull):
+        sched.submit([make([6], 5), make([7], 5), make([8], 5)])
+    drain(sched)
+    for s in long + waiting:
+        assert s.tokens == generate(model, [s.prompt], s.max_tokens)[0]

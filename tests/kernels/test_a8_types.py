@@ -202,3 +202,22 @@ def test_gguf_a8_decoder_is_the_a8_model(one_torch_thread) -> None:
             tokens.add(int(tok))
     assert worst < 1e-4, worst
     assert len(tokens) > 3, "degenerate output makes this test weak"
+
+
+def test_engine_mode_fast_gguf_a8_steps_the_a8_model(one_torch_thread) -> None:
+    """decode="fast-gguf-a8" (the CLI's mode name): the prompt through the model itself, then every step the
+    A8 model's (a8_reference_model): the same greedy tokens."""
+    from scratchlm.generate import generate
+
+    m = gguf_model()
+    ref = a8_reference_model(m)
+    prompt = PROMPTS[0]
+    got = generate(m, [prompt], 8, decode="fast-gguf-a8")[0]
+    cache = m.new_kv_cache(1, 32)
+    with torch.no_grad():
+        tok = m(torch.tensor([prompt]), kv_cache=cache)[:, -1].argmax(-1)
+        want = [int(tok)]
+        for s in range(len(prompt), len(prompt) + 7):
+            tok = ref(tok[:, None], torch.full((1, 1), s), kv_cache=cache)[:, -1].argmax(-1)
+            want.append(int(tok))
+    assert got == want

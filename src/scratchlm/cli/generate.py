@@ -36,9 +36,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decode", choices=DECODE_MODES, default="auto",
                    help="decode step: auto = the fastest exact one (fast-gguf on a GGUF's blocks, else fast; "
                         "default); fast = packed weights, same output as the model; model = the "
-                        "reference forward; fast-gguf = a GGUF's own blocks (exact); fast-bf16 / fast-q8_0 / fast-q4_1 / fast-int8 = compact weights (approximate); "
-                        "fast-q8_0-a8 / fast-q4_1-a8 = those blocks with 8-bit activations (llama.cpp's CPU "
-                        "scheme, fastest; approximate); "
+                        "reference forward; fast-gguf = a GGUF's own blocks (exact); fast-gguf-a8 = those blocks "
+                        "with 8-bit activations (llama.cpp's CPU scheme; approximate); fast-bf16 / fast-q8_0 / "
+                        "fast-q4_1 / fast-int8 = compact weights (approximate); fast-q8_0-a8 / fast-q4_1-a8 = "
+                        "Q8_0 / Q4_1 blocks with 8-bit activations (approximate); "
                         "compiled = torch.compile (slow warm-up); see benchmarks/RESULTS.md")
     p.add_argument("--prefill", choices=PREFILL_MODES, default="model",
                    help="prompt path: model = the model's own dtype (default); bf16 = a bf16 copy of the model "

@@ -10,8 +10,10 @@ Modes (DECODE_MODES, the `decode=` argument of the engine):
     "fast-q4_1"  FastDecoder on ggml Q4_1 blocks (likewise)
     "fast-q8_0-a8", "fast-q4_1-a8"  the same blocks, each matrix's input rounded to 8 bits per 32-block
                  first and integer dot products (llama.cpp's CPU scheme; quant/act_quant.py defines it)
-    "fast-gguf"  FastDecoder on a GGUF-loaded model's own Q8_0/Q4_1 blocks, fp32 elsewhere: exactly the
-                 loaded model at 4-8 bits per weight (generate/packed_linear.py, kernels/)
+    "fast-gguf"  FastDecoder on a GGUF model's own blocks (every ggml type; fp32 where a matrix has none):
+                 exactly the loaded model at 2-8 bits per weight (generate/packed_linear.py, kernels/)
+    "fast-gguf-a8"  the same blocks times activations rounded to 8 bits (per 32 for the 32-value types,
+                 ggml's Q8_K per 256 for the K-quants): llama.cpp's own CPU scheme (quant/act_quant.py)
     "compiled"   the model's forward through torch.compile (below)
 Packed decoders are cached per model and rebuilt when its weights change (version counters).
 
@@ -77,7 +79,8 @@ def check_frozen_weights(model: TransformerLM) -> None:
 
 
 FAST_MODES = {"fast": None, "fast-int8": "int8", "fast-bf16": "bf16", "fast-q8_0": "q8_0", "fast-q4_1": "q4_1",
-              "fast-gguf": "gguf", "fast-q8_0-a8": "q8_0_a8", "fast-q4_1-a8": "q4_1_a8"}  # mode -> weight format
+              "fast-gguf": "gguf", "fast-q8_0-a8": "q8_0_a8", "fast-q4_1-a8": "q4_1_a8",
+              "fast-gguf-a8": "gguf_a8"}  # mode -> weight format
 DECODE_MODES = ("auto", "model", *FAST_MODES, "compiled")
 
 

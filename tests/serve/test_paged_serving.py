@@ -2,8 +2,9 @@
 
     - every decode step's logits, for every row of a ragged batch that changes as rows join and leave, equal the
       row's own full forward, on the reference decode (attention over block tables) and the packed fast step
-      (its window written through to the blocks), with and without sliding windows shorter than the rows; at
-      the end each row's blocks hold exactly the K/V a contiguous cache holds for its tokens
+      (its window written through to the blocks; rows spread over one or several windows), with and without
+      sliding windows shorter than the rows; at the end each row's blocks hold exactly the K/V a contiguous
+      cache holds for its tokens
     - a pool too small for the batch: rows are preempted (their blocks freed, prefilled again later) and every
       greedy and seeded output still equals the engine's; the pool is never overdrawn
     - admission waits while the pool is full (the queue grows, nothing fails), then 429 beyond --max-queue
@@ -52,10 +53,13 @@ def drain(sched: Scheduler) -> None:
 
 
 @pytest.mark.parametrize("window", [None, 6])
-@pytest.mark.parametrize("decode", ["model", "fast"])
-def test_every_step_equals_the_full_forward_and_blocks_hold_the_contiguous_kv(decode, window):
+@pytest.mark.parametrize("decode", ["model", "fast", "fast-windows"])
+def test_every_step_equals_the_full_forward_and_blocks_hold_the_contiguous_kv(decode, window, monkeypatch):
+    """fast-windows: any padding opens another decode window (up to 4), so rows move between several."""
+    if decode == "fast-windows":
+        monkeypatch.setattr("scratchlm.serve.batch_rows.WASTE_LIMIT", 0)
     model = model_of(window)
-    sched = Scheduler(model, max_batch=4, decode=decode, prefill_chunk=16)
+    sched = Scheduler(model, max_batch=4, decode=decode.removesuffix("-windows"), prefill_chunk=16)
     steps: list[tuple[list[list[int]], torch.Tensor]] = []
     decode_rows = sched.rows_impl.decode
 
@@ -78,7 +82,11 @@ def test_every_step_equals_the_full_forward_and_blocks_hold_the_contiguous_kv(de
     for s in seqs:
         sched.submit([s])
         sched.step()
-    drain(sched)
+    windows = 0
+    while sched.rows or sched.waiting or sched.joiners:
+        sched.step()
+        windows = max(windows, sum(1 for w in getattr(sched.rows_impl, "owner", []) if w))
+    assert windows == {"model": 0, "fast": 1, "fast-windows": 4}[decode]
     assert sched.stats.max_active == 4 and sched.space.pool.used == 0
     with torch.no_grad():
         for seqs_at_step, logits in steps:
@@ -128,4 +136,31 @@ def test_a_full_pool_queues_then_refuses():
         sched.submit([make([6], 5), make([7], 5), make([8], 5)])
     drain(sched)
     for s in long + waiting:
+        assert s.tokens == generate(model, [s.prompt], s.max_tokens)[0]
+
+
+@pytest.mark.parametrize("decode", ["model", "fast"])
+def test_a_long_prompt_is_prefilled_in_chunks_between_decode_steps(decode):
+    """prefill_chunk 8: a 45-token prompt arriving while two rows decode is prefilled over 6 steps (8 prompt
+    tokens each at most), and every one of those steps still decodes a token for each running row; all outputs
+    equal the engine's."""
+    model = model_of(6)
+    sched = Scheduler(model, max_batch=4, decode=decode, prefill_chunk=8)
+    g = torch.Generator().manual_seed(11)
+    running = [make(torch.randint(0, 256, (5,), generator=g).tolist(), 30) for _ in range(2)]
+    sched.submit(running)
+    sched.step()  # both prompts (10 tokens) need 2 steps of 8
+    sched.step()
+    assert len(sched.rows) == 2
+    long = make(torch.randint(0, 256, (45,), generator=g).tolist(), 5)
+    sched.submit([long])
+    progress = []
+    while long not in sched.rows:
+        before = [len(s.tokens) for s in running]
+        sched.step()
+        assert [len(s.tokens) for s in running] == [n + 1 for n in before]  # the streams never stall
+        progress.append(long.kv.length if long.kv is not None else sched.joiners[0].table.length)
+    assert progress == [8, 16, 24, 32, 40, 46]  # the last step also decoded its token 1 (fed at 45)
+    drain(sched)
+    for s in running + [long]:
         assert s.tokens == generate(model, [s.prompt], s.max_tokens)[0]

@@ -85,6 +85,14 @@ class SlotCache:
         return (self.cache.k.numel() + self.cache.v.numel()) * self.cache.k.element_size()
 
     @property
+    def span(self) -> int:
+        """Slots a step attends over for the live rows: the cursor minus the first slot any row uses."""
+        if self.rows == 0:
+            return 0
+        used = self.valid[: self.rows].any(dim=0).nonzero()
+        return self.cursor - int(used[0, 0]) if used.numel() else 0
+
+    @property
     def cursor(self) -> int:
         """The slot the next decode step writes for every row."""
         return self.cache.seq_len

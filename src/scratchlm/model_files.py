@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save
 
+from scratchlm.nn.block_state import dense_state_dict
 from scratchlm.config import ModelConfig
 from scratchlm.io_utils import atomic_write, atomic_write_text, read_json_object, read_safetensors
 from scratchlm.model import TransformerLM
@@ -22,7 +23,7 @@ WEIGHTS_NAME = "model.safetensors"
 
 def model_state_for_save(model: TransformerLM) -> dict[str, torch.Tensor]:
     """state_dict with the tied head dropped and every tensor contiguous on CPU."""
-    state = model.state_dict()
+    state = dense_state_dict(model)  # a model on ggml blocks: its matrices dequantized
     if model.config.tie_embeddings:
         state.pop("lm_head.weight", None)
     return {k: v.detach().to("cpu").contiguous() for k, v in state.items()}

@@ -65,3 +65,24 @@ def test_merging_a_quantized_base_gives_the_dense_model_with_the_update(tmp_path
         assert isinstance(merged.model.layers[0].self_attn.k_proj, BlockLinear)  # untouched layers keep blocks
         got = merged(ids)
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+
+
+def test_a_merged_qlora_model_saves_every_matrix(tmp_path):
+    """After merging, the layers that kept their blocks are written dequantized (a block layer's bytes are a
+    non-persistent buffer): the saved checkpoint reloads to the same logits, and save_pretrained writes what
+    transformers reloads with them."""
+    from transformers import AutoModelForCausalLM
+
+    from scratchlm.interop.hf.model_dir import save_pretrained
+    from scratchlm.model_files import load_model, save_model
+
+    blocks, _ = _pair(tmp_path)
+    merged = merge_lora(blocks.eval())
+    ids = torch.randint(0, 300, (1, 10), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = merged(ids)
+        back = load_model(save_model(merged, tmp_path / "ckpt")).eval()
+        assert torch.allclose(back(ids), want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+        save_pretrained(merged, tmp_path / "hf")
+        hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+        assert torch.allclose(hf(ids).logits, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))

@@ -29,6 +29,7 @@ from gguf_helpers import build_family_model, family_cases, hf_with_gguf_weights
 from scratchlm.cli.main import main
 from scratchlm.generate.engine import generate
 from scratchlm.interop.gguf.model_load import load_gguf
+from scratchlm.interop.gguf.writer import save_gguf
 
 import llama_cpp  # in the test extra (pinned)
 
@@ -113,10 +114,13 @@ def test_llama_cpp_quantized_file_on_its_blocks_equals_transformers(family, ftyp
     assert len(set(expected)) >= 3, "a degenerate continuation proves little"
     for decode in ("model", "auto"):  # the reference forward, and the packed decoder on the blocks (fast-gguf)
         assert generate(model, [PROMPT], N_NEW, decode=decode) == [expected], decode
-    if ftype == "Q4_K_M":  # the dense path reads the same values
+    if ftype == "Q4_K_M":  # the dense path reads the same values; the block model writes back what it runs
         dense = load_gguf(path, dtype=torch.float32)
         with torch.no_grad():
+            got = model(torch.tensor([PROMPT]))[0]
             assert rel_error(dense(torch.tensor([PROMPT]))[0], want) <= REL
+            again = load_gguf(save_gguf(model, path.with_suffix(".back.gguf"), type_name="F32"), dtype=torch.float32)
+            assert rel_error(again(torch.tensor([PROMPT]))[0], got) <= 1e-5
     assert len(set(types.values()) - {"F32"}) >= 2  # the quantizer mixed types (fallbacks for the narrow rows)
 
 

@@ -173,3 +173,18 @@ def test_gguf_on_its_own_blocks_equals_the_dequantized_model(tmp_path, family):
     elif family != "qwen3":  # transformers' GGUF reader assumes head_dim 128 for qwen3
         theirs = hf_logits(hf_from_gguf(path), ids)
         assert (got - theirs).abs().max() <= TOL * max(1.0, theirs.abs().max())
+
+
+def test_dense_state_of_a_block_model_is_the_dense_load(tmp_path):
+    """nn/block_state.dense_state_dict: every matrix of a model on blocks, dequantized under its dense name,
+    equals the dense load's state (same interleaved q/k rows) — what checkpoints and exports write."""
+    from scratchlm.nn.block_state import dense_state_dict, has_blocks
+
+    path = write_gguf(_quant_model(), tmp_path / "q.gguf", "llama", types=QUANT_TYPES, default_type="Q8_0")
+    blocks = load_gguf(path)
+    dense = load_gguf(path, dtype=torch.float32, keep_quantized=False, rope_style="interleaved")
+    assert has_blocks(blocks) and not has_blocks(dense)
+    got, want = dense_state_dict(blocks), dense.state_dict()
+    assert set(got) == set(want)
+    for name, value in want.items():
+        assert torch.equal(got[name], value), name

@@ -33,6 +33,10 @@ class BlockEmbedding(nn.Module):
         """The whole table dequantized to fp32 (V, D): a fresh tensor, for code that needs it once."""
         return dequantize(self.data, self.ggml_type, (self.num_embeddings, self.embedding_dim))
 
+    def dense_weights(self) -> dict[str, torch.Tensor]:
+        """{"weight": the table dequantized}: what a dense Embedding holds (nn/block_state.py)."""
+        return {"weight": self.weight}
+
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         check_token_ids(ids, self.num_embeddings)
         rows = torch.index_select(self.data, 0, ids.reshape(-1))  # (N, row_bytes) uint8

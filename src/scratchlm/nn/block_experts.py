@@ -41,6 +41,11 @@ class BlockExperts(nn.Module):
         self.down_proj = nn.ModuleList(BlockLinear(b) for b in down)
         self.act = get_activation(activation, fused)
 
+    def dense_weights(self) -> dict[str, torch.Tensor]:
+        """The stacked (E, F, D) / (E, D, F) matrices a dense Experts holds (nn/block_state.py)."""
+        return {name: torch.stack([lin.weight for lin in getattr(self, name)])
+                for name in ("gate_proj", "up_proj", "down_proj")}
+
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         """Expert e on rows x (n, D) -> (n, D)."""
         return self.down_proj[e](self.act(self.gate_proj[e](x)) * self.up_proj[e](x))  # (n, F) gated -> (n, D)

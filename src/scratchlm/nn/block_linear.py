@@ -43,6 +43,10 @@ class BlockLinear(nn.Module):
         """W dequantized to fp32 (out, in): a fresh tensor, for code that needs the dense matrix once."""
         return dequantize_rows(self.blocks)
 
+    def dense_weights(self) -> dict[str, torch.Tensor]:
+        """{"weight": W dequantized}: what a dense Linear holds (nn/block_state.py)."""
+        return {"weight": self.weight}
+
     def _kernel(self, x: torch.Tensor) -> bool:
         rows = x.numel() // max(x.shape[-1], 1)
         return (rows <= KERNEL_MAX_ROWS and x.dtype == torch.float32 and x.device.type == "cpu"

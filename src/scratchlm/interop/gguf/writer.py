@@ -28,6 +28,7 @@ import gguf
 import numpy as np
 import torch
 
+from scratchlm.nn.block_state import dense_state_dict
 from scratchlm.config import ModelConfig
 from scratchlm.interop.gguf.arch_write import keys_moe, rope_keys
 from scratchlm.interop.gguf.architectures import GGUFArch
@@ -95,7 +96,7 @@ def _check_type(type_name: str) -> None:
 def gguf_tensors(model: TransformerLM, arch: GGUFArch) -> dict[str, torch.Tensor]:
     """The float tensors a GGUF file of `model` holds, by GGUF name (before quantization)."""
     c = model.config
-    tensors = state_to_gguf(model.state_dict(), c, arch)
+    tensors = state_to_gguf(dense_state_dict(model), c, arch)
     zero_gates = [n for n, t in tensors.items() if n.endswith("ffn_gate_inp_shexp.weight") and not t.any()]
     if zero_gates:  # llama.cpp's shared-expert gate is silu(g) / g: 0 / 0 where scratchlm has sigmoid(0) = 0.5
         warnings.warn(f"GGUF export: {zero_gates[0]} is all zeros; llama.cpp computes NaN for its shared-expert gate "

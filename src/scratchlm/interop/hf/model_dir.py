@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from scratchlm.nn.block_state import dense_state_dict
 from scratchlm.interop.hf.config_json import VLM_TEXT, config_from_hf, config_to_hf, export_family, hf_family
 from scratchlm.interop.hf.state_dict import state_from_hf, state_to_hf, stored_head_differs
 from scratchlm.interop.hf.safetensors_shards import load_sharded, save_sharded
@@ -96,7 +97,7 @@ def save_pretrained(model: TransformerLM, directory: str | Path, *, max_shard_si
         raise ValueError(f"save_pretrained needs a scratchlm TransformerLM, got {type(model).__name__}")
     config = model.config
     family = export_family(config)
-    state = state_to_hf(model.state_dict(), config, family)
+    state = state_to_hf(dense_state_dict(model), config, family)
     if dtype is not None:
         state = {k: v.to(dtype) for k, v in state.items()}
     stored = next(iter(state.values())).dtype

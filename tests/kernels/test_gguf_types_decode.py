@@ -125,3 +125,58 @@ def test_fast_gguf_packs_block_layers_own_blocks() -> None:
         [["Q4_K", "Q6_K"], ["Q4_0", "F32", "IQ4_NL"], ["Q6_K"]]
     assert all(lin.parts for lin in dec.linears())
     assert_decodes_like(m, blk, "fast-gguf", 5e-5)
+
+
+def block_model(m: TransformerLM, embed_type: str) -> TransformerLM:
+    """m with every matrix that has blocks (and the embedding, re-encoded in embed_type) replaced by block
+    layers over those bytes, as load_gguf(dtype=None) builds a GGUF model: no fp32 matrix, a tied head
+    reading the embedding's blocks (an F16 / BF16 table: the head keeps m's Q6_K blocks)."""
+    from scratchlm.nn.block_embedding import BlockEmbedding
+    from scratchlm.nn.block_linear import BlockLinear
+
+    bm = copy.deepcopy(m)
+    blocks = dict(m.quantized_weights)
+    blocks["model.embed_tokens.weight"] = blocks_of(m.model.embed_tokens.weight, embed_type)
+    del bm.quantized_weights
+    for name, b in blocks.items():
+        parent, _, child = name.removesuffix(".weight").rpartition(".")
+        layer = BlockEmbedding(b) if "embed_tokens" in name else BlockLinear(b)
+        setattr(bm.get_submodule(parent), child, layer)
+    head = blocks["model.embed_tokens.weight"]
+    if embed_type in ("F16", "BF16"):  # a dense head sums in another order than the torch step: keep blocks there
+        head = m.quantized_weights["model.embed_tokens.weight"]
+    bm.lm_head = BlockLinear(head)
+    return bm.eval()
+
+
+@pytest.mark.skipif(native() is None, reason="no C++ compiler: the torch step is the only path")
+@pytest.mark.parametrize("embed_type", ["Q6_K", "Q8_0", "Q4_K", "F16", "BF16"])
+def test_native_step_reads_a_block_embedding_table(embed_type: str) -> None:
+    """On a model built on blocks the decoder keeps the embedding table in its blocks (no fp32 copy) and the
+    C++ step widens the looked-up rows itself, exactly: bit for bit the step of the same model holding the
+    dequantized table as a plain fp32 Embedding (same kernels otherwise), and to fp32 rounding the torch step."""
+    from scratchlm.nn.block_embedding import BlockEmbedding
+    from scratchlm.nn.embedding import Embedding
+
+    bm = block_model(gguf_model(), embed_type)
+    dense = copy.deepcopy(bm)
+    table = Embedding(*bm.model.embed_tokens.blocks.shape)
+    with torch.no_grad():
+        table.weight.copy_(bm.model.embed_tokens.weight)
+    dense.model.embed_tokens = table
+    dec, ref = FastDecoder(bm, quant="gguf"), FastDecoder(dense, quant="gguf")
+    assert isinstance(dec.embed, BlockEmbedding) and dec.native is not None and ref.native is not None
+    ids = torch.tensor([[5, 9, 17, 3], [1, 2, 3, 4]])
+    caches = [bm.new_kv_cache(2, 16), dense.new_kv_cache(2, 16)]
+    with torch.no_grad():
+        for c in caches:
+            bm(ids, kv_cache=c)
+        tok = ids[:, -1]
+        for s in range(4, 9):
+            pos = torch.full((2,), s)
+            got, want = dec.step(tok, pos, None, caches[0]), ref.step(tok, pos, None, caches[1])
+            assert torch.equal(got, want)
+            tok = want.argmax(-1)
+    assert torch.equal(caches[0].k, caches[1].k) and torch.equal(caches[0].v, caches[1].v)
+    if embed_type not in ("F16", "BF16"):
+        compare(bm, "gguf", b=2)

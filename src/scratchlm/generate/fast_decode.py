@@ -37,6 +37,7 @@ from scratchlm.generate.decode_formats import QUANT_MODES, check_format_dims
 from scratchlm.generate.native_step import native_step
 from scratchlm.generate.packed_layer import PackedLayer, PackedNorm
 from scratchlm.model import TransformerLM, layer_rope_kind
+from scratchlm.nn.block_embedding import BlockEmbedding
 from scratchlm.nn.kv_cache import KVCache
 from scratchlm.nn.rope import RotaryEmbedding, rope_rotation
 from scratchlm.nn.softcap import softcap
@@ -82,7 +83,9 @@ class FastDecoder:
         self.config, self.quant = c, quant
         self.dtype = model.dtype
         self.h, self.kvh, self.hd = c.n_heads, c.n_kv_heads, c.head_dim
-        self.embed = model.model.embed_tokens.weight.detach()
+        table = model.model.embed_tokens
+        # a table in ggml blocks stays so (rows dequantized on lookup); a dense one is used as it is
+        self.embed = table if isinstance(table, BlockEmbedding) else table.weight.detach()
         self.positions = model.model.embed_positions  # learned/sinusoidal module or None
         self.norm = PackedNorm(c.norm, c.norm_eps)
         source = block_source(model)
@@ -139,7 +142,7 @@ class FastDecoder:
             cache.advance(1)
             return logits
         h, kvh, hd = self.h, self.kvh, self.hd
-        x = F.embedding(tokens, self.embed)  # (B, D)
+        x = self.embed(tokens) if isinstance(self.embed, BlockEmbedding) else F.embedding(tokens, self.embed)  # (B, D)
         if self.config.embedding_multiplier != 1.0:
             x = x * self.config.embedding_multiplier
         if self.positions is not None:

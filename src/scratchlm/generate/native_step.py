@@ -24,10 +24,11 @@ from scratchlm.config import ModelConfig
 from scratchlm.generate.packed_layer import PackedLayer
 from scratchlm.generate.packed_linear import A8_FORMATS, PackedLinear
 from scratchlm.kernels import ops
+from scratchlm.nn.block_embedding import BlockEmbedding
 from scratchlm.nn.rope import RotaryEmbedding
 
 
-def supported(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, embed: torch.Tensor,
+def supported(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, embed: torch.Tensor | BlockEmbedding,
               rope: RotaryEmbedding | None) -> bool:
     """True when the C++ step computes this function (see the module docstring): plain pre-norm Llama
     blocks, static full-width RoPE tables, every matrix in a kernel format, CPU memory. The decoder
@@ -38,7 +39,16 @@ def supported(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, emb
     return (plain_config and all(layer.plain_llama() for layer in layers) and rope is not None
             and rope.head_dim == c.head_dim  # no partial rotary
             and rope.kind not in ("longrope", "dynamic")  # position-dependent tables
-            and embed.device.type == "cpu" and all(lin is not None and lin.fallback is None for lin in linears))
+            and _table(embed)[0].device.type == "cpu"
+            and all(lin is not None and lin.fallback is None for lin in linears))
+
+
+def _table(embed: torch.Tensor | BlockEmbedding) -> tuple[torch.Tensor, int]:
+    """(the embedding table as the kernel reads it, its format code): a BlockEmbedding's own bytes in their
+    ggml type (rows widened on lookup), or a dense table as fp32."""
+    if isinstance(embed, BlockEmbedding):
+        return embed.data, ops.FORMAT_CODES[embed.ggml_type]
+    return embed.float(), ops.FORMAT_CODES["F32"]
 
 
 def native_linear(mod: Any, lin: PackedLinear) -> Any:
@@ -52,7 +62,7 @@ def native_linear(mod: Any, lin: PackedLinear) -> Any:
     return mod.Linear([ops.FORMAT_CODES[fmt]], [w], [n], k, lin.in_scale, lin.out_scale, lin.bias)
 
 
-def native_step(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, embed: torch.Tensor,
+def native_step(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, embed: torch.Tensor | BlockEmbedding,
                 rope: RotaryEmbedding | None) -> Any | None:
     """A kernel `LlamaStep` over these packed parts, or None (unsupported architecture or no compiled
     kernels)."""
@@ -65,5 +75,6 @@ def native_step(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, e
     except (RuntimeError, ValueError):  # a dimension the kernels do not take (K not a multiple of 16 / 32 / 256)
         return None
     windows = [-1 if layer.window is None else layer.window for layer in layers]
-    return mod.LlamaStep(embed.float(), rope.cos.float(), rope.sin.float(), c.n_heads, c.n_kv_heads,
+    table, fmt = _table(embed)
+    return mod.LlamaStep(table, fmt, c.d_model, rope.cos.float(), rope.sin.float(), c.n_heads, c.n_kv_heads,
                          c.head_dim, c.norm_eps, rope.style == "half", kernel_layers, kernel_head, windows)

@@ -39,7 +39,9 @@ inline float dot_product(const float* a, const float* b, int64_t n) {
 }
 
 struct LlamaStep {
-  torch::Tensor embed, cos, sin;  // embed (V, D); cos, sin (T_max, Hd) in the style's layout
+  torch::Tensor embed, cos, sin;  // embed (V, D) fp32, or (V, row bytes) uint8 in embed_format; cos, sin (T_max, Hd)
+  int embed_format;               // matrix_ref.h's Format of the embedding table (F32: a plain fp32 table)
+  int64_t V, D;                   // the table's rows and width
   int64_t H, KvH, Hd;
   float eps;
   bool half_style;
@@ -47,16 +49,45 @@ struct LlamaStep {
   Linear head;
   std::vector<int64_t> windows;  // per layer: sliding window W (attend slots [S - W, S)), or -1
 
-  LlamaStep(torch::Tensor embed_, torch::Tensor cos_, torch::Tensor sin_, int64_t H_, int64_t KvH_, int64_t Hd_,
-            double eps_, bool half_, std::vector<std::vector<Linear>> layers_, Linear head_,
-            std::vector<int64_t> windows_)
-      : embed(embed_.contiguous()), cos(cos_.contiguous()), sin(sin_.contiguous()), H(H_), KvH(KvH_), Hd(Hd_),
+  LlamaStep(torch::Tensor embed_, int64_t embed_format_, int64_t D_, torch::Tensor cos_, torch::Tensor sin_,
+            int64_t H_, int64_t KvH_, int64_t Hd_, double eps_, bool half_, std::vector<std::vector<Linear>> layers_,
+            Linear head_, std::vector<int64_t> windows_)
+      : embed(embed_.contiguous()), cos(cos_.contiguous()), sin(sin_.contiguous()),
+        embed_format(static_cast<int>(embed_format_)), V(embed_.size(0)), D(D_), H(H_), KvH(KvH_), Hd(Hd_),
         eps(static_cast<float>(eps_)), half_style(half_), layers(std::move(layers_)), head(std::move(head_)),
         windows(std::move(windows_)) {
-    TORCH_CHECK(embed.scalar_type() == torch::kFloat32 && cos.scalar_type() == torch::kFloat32, "fp32 tables expected");
+    TORCH_CHECK(cos.scalar_type() == torch::kFloat32, "fp32 RoPE tables expected");
+    if (embed_format == F32) {
+      TORCH_CHECK(embed.scalar_type() == torch::kFloat32 && embed.dim() == 2 && embed.size(1) == D,
+                  "an F32 embedding table must be fp32 (V, D)");
+    } else {
+      const MatrixRef row_ref{embed_format, nullptr, 1, D, nullptr, nullptr};
+      const int64_t row_bytes = row_ref.row_bytes();
+      TORCH_CHECK(embed.scalar_type() == torch::kUInt8 && embed.dim() == 2 && embed.size(1) == row_bytes,
+                  "a block embedding table must be uint8 (V, row bytes of its format)");
+    }
     TORCH_CHECK(windows.size() == layers.size(), "one window (or -1) per layer");
     TORCH_CHECK(cos.dim() == 2 && cos.size(1) == Hd && sin.sizes() == cos.sizes(), "cos/sin must be (T_max, Hd)");
     for (const auto& l : layers) TORCH_CHECK(l.size() == 4, "a layer is (qkv, o, gate|up, down)");
+  }
+
+  // Row `id` of the embedding table as fp32 (D): copied from an fp32 table, or widened exactly from its
+  // storage (bf16 bits << 16, the f16 half, or the ggml blocks of the row) like every matrix here.
+  void embed_row(int64_t id, float* out) const {
+    const uint8_t* row = static_cast<const uint8_t*>(embed.data_ptr()) + id * embed.stride(0) * embed.element_size();
+    if (embed_format == F32) {
+      std::memcpy(out, row, D * sizeof(float));
+    } else if (embed_format == BF16) {
+      for (int64_t j = 0; j < D; ++j) {
+        const uint32_t bits = static_cast<uint32_t>(row[2 * j] | (row[2 * j + 1] << 8)) << 16;
+        std::memcpy(&out[j], &bits, 4);
+      }
+    } else if (embed_format == F16) {
+      for (int64_t j = 0; j < D; ++j) out[j] = fp16_to_f32(row + 2 * j);
+    } else {
+      const MatrixRef row_ref{embed_format, row, 1, D, nullptr, nullptr};
+      row_ref.dequantize(out);
+    }
   }
 
   void rms(const float* x, float* out, int64_t B, int64_t D) const {
@@ -113,7 +144,7 @@ struct LlamaStep {
   // (L, B, KvH, T_max, Hd) fp32, s = the slot to write -> logits (B, V) fp32.
   torch::Tensor step(torch::Tensor tokens, torch::Tensor positions, std::optional<torch::Tensor> key_mask,
                      torch::Tensor kcache, torch::Tensor vcache, int64_t s) const {
-    const int64_t B = tokens.size(0), D = embed.size(1), L = static_cast<int64_t>(layers.size());
+    const int64_t B = tokens.size(0), L = static_cast<int64_t>(layers.size());
     const int64_t T = kcache.size(3), S = s + 1, QKV = (H + 2 * KvH) * Hd;
     TORCH_CHECK(kcache.scalar_type() == torch::kFloat32 && vcache.scalar_type() == torch::kFloat32 &&
                     kcache.sizes() == torch::IntArrayRef({L, B, KvH, T, Hd}) && vcache.sizes() == kcache.sizes() &&
@@ -130,9 +161,9 @@ struct LlamaStep {
     const int64_t* pp = pos.data_ptr<int64_t>();
     std::vector<float> x(B * D), x2(B * D), xn(B * D), qkv(B * QKV), q(B * H * Hd), att(B * H * Hd), scratch, tmp(Hd);
     for (int64_t b = 0; b < B; ++b) {
-      TORCH_CHECK(tp[b] >= 0 && tp[b] < embed.size(0), "token id ", tp[b], " out of range");
+      TORCH_CHECK(tp[b] >= 0 && tp[b] < V, "token id ", tp[b], " out of range");
       TORCH_CHECK(pp[b] >= 0 && pp[b] < cos.size(0), "position ", pp[b], " beyond the RoPE table");
-      std::memcpy(&x[b * D], embed.data_ptr<float>() + tp[b] * D, D * sizeof(float));
+      embed_row(tp[b], &x[b * D]);
     }
     float* kc = kcache.data_ptr<float>();
     float* vc = vcache.data_ptr<float>();
@@ -171,7 +202,7 @@ struct LlamaStep {
       std::swap(x, x2);
     }
     rms(x.data(), xn.data(), B, D);
-    auto logits = torch::empty({B, head.N}, embed.options());
+    auto logits = torch::empty({B, head.N}, cos.options());
     head.apply(xn.data(), logits.data_ptr<float>(), B, nullptr, scratch);
     return logits;
   }

@@ -129,7 +129,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                           std::optional<torch::Tensor>, std::optional<torch::Tensor>, std::optional<torch::Tensor>>())
       .def("forward", &scratchlm::Linear::forward, "x (B, K) fp32 -> (B, N) fp32");
   pybind11::class_<scratchlm::LlamaStep>(m, "LlamaStep")
-      .def(pybind11::init<torch::Tensor, torch::Tensor, torch::Tensor, int64_t, int64_t, int64_t, double, bool,
-                          std::vector<std::vector<scratchlm::Linear>>, scratchlm::Linear, std::vector<int64_t>>())
+      .def(pybind11::init<torch::Tensor, int64_t, int64_t, torch::Tensor, torch::Tensor, int64_t, int64_t, int64_t,
+                          double, bool, std::vector<std::vector<scratchlm::Linear>>, scratchlm::Linear,
+                          std::vector<int64_t>>())
       .def("step", &scratchlm::LlamaStep::step);
 }

@@ -202,3 +202,31 @@ def test_kv_memory_is_the_pool_and_a_small_pool_caps_the_context():
         assert r.status_code == 200 and [c["text"] for c in r.json()["choices"]] == [
             ref_completion((model, tok), "abc", 40)] * 2
         assert http.get("/health").json()["preempted"] > 0  # the two choices took turns in the 3 blocks
+
+
+def test_speculative_serving_keeps_the_greedy_replies():
+    """create_app(speculative="ngram") (serve --speculative ngram): streamed and whole replies equal the engine's;
+    --speculative draft without a draft model, a draft of another vocabulary or tokenizer are refused."""
+    from serve_helpers import ref_completion
+
+    from scratchlm.serve.launch import check_same_tokenizer
+
+    model, tok = byte_model(max_seq_len=64)
+    app = create_app(model, tok, "m", speculative="ngram", draft_tokens=3)
+    with TestClient(app) as http:
+        for prompt in ("abcabcabc", "hello hello hello"):
+            r = http.post("/v1/completions", json={**BODY, "prompt": prompt, "max_tokens": 30})
+            assert r.status_code == 200 and r.json()["choices"][0]["text"] == ref_completion((model, tok), prompt, 30)
+    assert app.state.serve.scheduler.rows_impl.drafted > 0
+    with pytest.raises(ValueError, match="needs --draft-model"):
+        create_app(model, tok, "m", speculative="draft")
+    other, _ = byte_model(max_seq_len=64)
+    other.config.vocab_size = 300
+    with pytest.raises(ValueError, match="draft model's vocabulary"):
+        create_app(model, tok, "m", speculative="draft", draft_model=other)
+    from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer
+
+    check_same_tokenizer(tok, tok, 259)
+    shifted = Tokenizer({i: bytes([(i + 1) % 256]) for i in range(256)}, [], DEFAULT_SPECIAL_TOKENS)
+    with pytest.raises(ValueError, match="another tokenizer"):
+        check_same_tokenizer(tok, shifted, 259)

@@ -28,10 +28,11 @@ TOL = dict(rtol=1e-4, atol=1e-4)
 TOK = Tokenizer({i: bytes([i]) for i in range(256)}, [], DEFAULT_SPECIAL_TOKENS)
 
 
-def model_of(window: int | None = None) -> TransformerLM:
+def model_of(window: int | None = None, std: float = 0.5) -> TransformerLM:
+    """A random model; std 0.1 makes one that often continues what came before (drafts get accepted)."""
     torch.manual_seed(0)
     return TransformerLM(get_preset("llama-tiny", vocab_size=259, d_model=64, n_layers=2, n_kv_heads=2,
-                                    max_seq_len=CONTEXT, init_std=0.5, sliding_window=window)).eval()
+                                    max_seq_len=CONTEXT, init_std=std, sliding_window=window)).eval()
 
 
 def make(prompt, max_tokens, params=SamplingParams(), seed=None) -> Sequence:
@@ -164,3 +165,68 @@ def test_a_long_prompt_is_prefilled_in_chunks_between_decode_steps(decode):
     drain(sched)
     for s in running + [long]:
         assert s.tokens == generate(model, [s.prompt], s.max_tokens)[0]
+
+
+def repetitive_jobs(n: int, seed: int) -> list[tuple[list[int], int]]:
+    """Prompts that repeat themselves (prompt lookup finds drafts), ragged."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        text = torch.randint(0, 256, (4 + i % 5,), generator=g).tolist()
+        out.append((text * 3, CONTEXT - 3 * len(text) - 1 - i))
+    return out
+
+
+@pytest.mark.parametrize("method,decode", [("ngram", "fast"), ("ngram", "model"), ("draft", "fast")])
+def test_speculative_rows_emit_the_engines_greedy_tokens(method, decode):
+    """--speculative: every row drafts (prompt lookup, or a draft model on its own pool), one ragged forward
+    verifies all rows' drafts; greedy rows emit exactly the engine's plain tokens, a pool too small for the batch
+    still preempts and resumes them, and drafts were accepted."""
+    from scratchlm.generate.speculative import Speculation
+
+    model = model_of(6, std=0.1)
+    draft = None
+    if method == "draft":  # the target with noisy weights: agrees often, not always
+        draft = model_of(6, std=0.1)
+        with torch.no_grad():
+            for w in draft.parameters():
+                w.add_(torch.randn(w.shape, generator=torch.Generator().manual_seed(w.numel())) * 0.03)
+    spec = Speculation(method, k=4, draft_model=draft)
+    sched = Scheduler(model, max_batch=4, decode=decode, kv_blocks=10, speculation=spec)
+    work = repetitive_jobs(6, seed=13)
+    seqs = [make(p, m) for p, m in work]
+    for s in seqs:
+        sched.submit([s])
+        sched.step()
+    drain(sched)
+    for s, (p, m) in zip(seqs, work):
+        assert s.tokens == generate(model, [p], m)[0]
+    assert sched.rows_impl.drafted > 0 and sched.stats.decoded_tokens > sched.stats.steps
+    assert sched.space.pool.used == 0
+    assert 10 < sched.rows_impl.accepted < sched.rows_impl.drafted  # some drafts kept, some rejected
+    if draft is not None:
+        assert sched.rows_impl.draft.space.pool.used == 0
+    else:
+        assert sched.stats.preempted > 0
+
+
+def test_speculation_leaves_constrained_and_logprobs_rows_to_the_usual_choice():
+    """A JSON-constrained row and a logprobs row draft nothing; they decode exactly as without speculation,
+    beside rows that do speculate."""
+    from scratchlm.generate.constrained import GrammarMasks, TokenConstraint, VocabIndex, any_object
+    from scratchlm.generate.speculative import Speculation
+
+    model = model_of()
+    masks = GrammarMasks(any_object(), VocabIndex([bytes([i]) for i in range(256)] + [None] * 3), [257])
+    outputs = []
+    for spec in (None, Speculation("ngram", k=3)):
+        sched = Scheduler(model, max_batch=4, decode="fast", speculation=spec)
+        rows = [make([1, 2, 3] * 4, 20), make([7, 8] * 5, 20)]
+        constrained = Sequence.create(0, [123, 34], 30, SamplingParams(), lambda e: None, tokenizer=TOK,
+                                      vocab_size=259, constraint=TokenConstraint(masks))
+        scored = Sequence.create(0, [5, 6, 5, 6, 5], 12, SamplingParams(), lambda e: None, tokenizer=TOK,
+                                 vocab_size=259, top_logprobs=2)
+        sched.submit(rows + [constrained, scored])
+        drain(sched)
+        outputs.append([s.tokens for s in rows + [constrained, scored]])
+    assert outputs[0] == outputs[1]

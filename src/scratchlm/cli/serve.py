@@ -7,6 +7,7 @@ import os
 
 from scratchlm.cli.generate import DTYPES
 from scratchlm.generate.prefill import PREFILL_MODES
+from scratchlm.generate.speculative import SPEC_METHODS
 from scratchlm.serve import API_KEY_ENV
 from scratchlm.serve.kv_space import DEFAULT_KV_CACHE_MB
 from scratchlm.serve.scheduler import SERVE_DECODE_MODES  # torch only; fastapi/uvicorn stay lazy
@@ -44,7 +45,9 @@ def run_serve(args: argparse.Namespace) -> int:
         max_body_bytes=DEFAULT_MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes,
         max_queue=args.max_queue, prefix_cache_mb=args.prefix_cache_mb, allowed_hosts=args.allowed_hosts,
         allowed_origins=args.allowed_origins, max_context=args.max_context, kv_cache_mb=args.kv_cache_mb,
-        kv_cache_tokens=args.kv_cache_tokens, prefill_chunk=args.prefill_chunk)
+        kv_cache_tokens=args.kv_cache_tokens, prefill_chunk=args.prefill_chunk,
+        speculative="draft" if args.draft_model and args.speculative is None else args.speculative,
+        draft_model=args.draft_model, draft_tokens=args.draft_tokens)
     run_server(args.checkpoint, args.host, args.port, args.model_name, device=args.device, dtype=DTYPES[args.dtype],
                shutdown_timeout=args.shutdown_timeout, access_log=not args.no_access_log, options=options)
     return 0
@@ -85,6 +88,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the running streams' decode steps (default 512)")
     p.add_argument("--prefix-cache-mb", type=float, default=256.0,
                    help="memory for the K/V of shared prompt prefixes, reused across requests (default 256; 0 = off)")
+    p.add_argument("--speculative", choices=SPEC_METHODS, default=None,
+                   help="speculative decoding: every stream drafts --draft-tokens tokens per step, one forward checks "
+                        "them all; ngram = prompt lookup (drafts from the prompt and reply so far: code edits, "
+                        "summaries, quotes), draft = --draft-model. Greedy replies are unchanged, sampled ones keep "
+                        "their distribution; default off")
+    p.add_argument("--draft-model", default=None, metavar="PATH",
+                   help="a small model with the same tokenizer that drafts for --speculative draft (implies it)")
+    p.add_argument("--draft-tokens", type=int, default=4, metavar="K", help="tokens drafted per stream and step (default 4)")
     p.add_argument("--shutdown-timeout", type=float, default=10.0,
                    help="on SIGTERM, seconds running requests get to finish before they end with an error (default 10)")
     p.add_argument("--allowed-hosts", type=names, default=None,

@@ -24,6 +24,7 @@ from scratchlm.generate.decode_step import make_decode_step
 from scratchlm.generate.prefill import prefill as run_prefill
 from scratchlm.generate.prefill import recompute, rope_switch_length
 from scratchlm.generate.sampling import SamplingParams, choose_next_token, make_generator, token_counts
+from scratchlm.generate.speculative import Speculation, iter_speculative
 from scratchlm.generate.stopping import StopChecker
 from scratchlm.model import TransformerLM
 
@@ -120,6 +121,7 @@ def generate(
     decode: str = "model",
     prefill: str = "model",
     on_token: Callable[[int, int], None] | None = None,
+    speculative: Speculation | None = None,
     **sampling: Any,
 ) -> list[list[int]]:
     """Generate up to max_new_tokens for every prompt; returns each row's new token ids.
@@ -129,11 +131,20 @@ def generate(
     stop token id (kept in the output) or when its decoded text contains a stop string (needs
     `tokenizer`; the completing token is kept). on_token(row, token) is called for every kept token.
     decode: "model" (reference), "fast", "fast-int8", ... or "compiled"; prefill: "model" or "bf16" (see
-    iter_decode).
+    iter_decode). speculative: draft tokens and verify several per forward (generate/speculative.py; each
+    prompt on its own): greedy outputs are the same, sampled ones follow the same distribution.
     """
     params = sampling_params(**sampling)
     stopper = StopChecker(len(prompts), stop_token_ids, stop_strings, tokenizer)
     outputs: list[list[int]] = [[] for _ in prompts]
+    if speculative is not None:
+        check_prompts(prompts, model.config.vocab_size)
+        for row, prompt in enumerate(prompts):
+            check_context(len(prompt), max_new_tokens, model.config.max_seq_len)
+            row_seed = None if seed is None else seed + row
+            steps = iter_speculative(model, list(prompt), max_new_tokens, params, speculative, row_seed, decode, prefill)
+            _keep(row, (tok for tokens in steps for tok in tokens), stopper, outputs[row], on_token)
+        return outputs
     for token, _ in iter_decode(model, prompts, max_new_tokens, params, seed, pad_id, decode, prefill):
         for row, tok in enumerate(token.tolist()):
             if stopper.done[row]:
@@ -145,3 +156,15 @@ def generate(
         if stopper.all_done:
             break
     return outputs
+
+
+def _keep(row: int, tokens: Iterable[int], stopper: StopChecker, out: list[int],
+          on_token: Callable[[int, int], None] | None) -> None:
+    """Append row `row`'s tokens to `out` until its stop rule fires (a speculative run's tokens, in order)."""
+    for tok in tokens:
+        out.append(tok)
+        stopper.push(row, tok)
+        if on_token is not None:
+            on_token(row, tok)
+        if stopper.done[row]:
+            return

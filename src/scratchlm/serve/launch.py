@@ -17,11 +17,13 @@ import logging
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import uvicorn
 
 from scratchlm.data.chat_format import chat_format_of
+from scratchlm.generate.constrained.vocab_index import vocabulary_bytes
 from scratchlm.load import load_pretrained
 from scratchlm.serve import API_KEY_ENV
 from scratchlm.serve.guards import LOOPBACK_HOSTS, is_loopback
@@ -99,6 +101,14 @@ class GracefulServer(uvicorn.Server):
             abort.cancel()
 
 
+def check_same_tokenizer(tokenizer: Any, other: Any, vocab_size: int) -> None:
+    """ValueError unless both tokenizers give every token id the same bytes (a draft model must share the
+    model's tokenizer: its token ids are checked as the model's)."""
+    if vocabulary_bytes(tokenizer, vocab_size) != vocabulary_bytes(other, vocab_size):
+        raise ValueError("--draft-model has another tokenizer than the served model; speculative decoding needs a "
+                         "draft model of the same tokenizer (e.g. a smaller model of the same family)")
+
+
 def configure_logging(access_log: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -120,6 +130,10 @@ def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000
     check_device(device)
     loaded = load_pretrained(checkpoint, device=device, dtype=dtype)
     model, tokenizer = loaded.model, loaded.tokenizer
+    if isinstance(options.draft_model, (str, Path)):  # `serve --draft-model PATH`: load it like the model
+        draft = load_pretrained(options.draft_model, device=device, dtype=dtype)
+        check_same_tokenizer(tokenizer, draft.tokenizer, model.config.vocab_size)
+        options.draft_model = draft.model
     name = model_name or default_model_name(checkpoint)
     options.allowed_hosts = default_allowed_hosts(host, options.allowed_hosts)
     fmt = chat_format_of(loaded)  # the model's own chat template, or None for scratchlm's ChatML

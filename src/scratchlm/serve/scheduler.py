@@ -34,6 +34,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -41,10 +42,12 @@ from scratchlm.generate.decode_step import DECODE_MODES, make_decode_step
 from scratchlm.generate.prefill import PREFILL_MODES
 from scratchlm.model import TransformerLM
 from scratchlm.nn.paged_kv_cache import BlockTable, PoolExhausted
+from scratchlm.generate.speculative import Speculation
 from scratchlm.serve.batch_rows import PagedRows, StagedRows
 from scratchlm.serve.joining import Joiner, prefill_step
 from scratchlm.serve.kv_space import BLOCK, KVSpace
 from scratchlm.serve.sequence import Sequence
+from scratchlm.serve.speculation import SpeculativeRows
 from scratchlm.serve.token_choice import choose_tokens
 
 SERVE_DECODE_MODES = tuple(m for m in DECODE_MODES if m != "compiled")  # compiled: recompiles per batch size
@@ -88,7 +91,8 @@ class Scheduler:
 
     def __init__(self, model: TransformerLM, max_batch: int = 32, pad_id: int = 0, decode: str = "model",
                  max_queue: int = 256, context: int | None = None, prefill: str = "model",
-                 kv_blocks: int | None = None, prefix_blocks: int = 0, prefill_chunk: int = 512) -> None:
+                 kv_blocks: int | None = None, prefix_blocks: int = 0, prefill_chunk: int = 512,
+                 speculation: Speculation | None = None) -> None:
         if decode not in SERVE_DECODE_MODES:
             raise ValueError(f"unknown decode mode {decode!r} for serving; valid: {SERVE_DECODE_MODES}")
         if prefill not in PREFILL_MODES:
@@ -105,9 +109,14 @@ class Scheduler:
         if kv_blocks is None:
             kv_blocks = max_batch * -(-self.context // BLOCK)
         self.space = KVSpace(model, kv_blocks, prefix_blocks, BLOCK)
-        step = make_decode_step(self.model, decode)
-        self.rows_impl = (PagedRows(self.space, step) if decode == "model"
-                          else StagedRows(self.model, self.space, step, max_batch, self.context))
+        self.speculation = speculation
+        if speculation is not None:  # drafts verified over the block tables (serve/speculation.py)
+            self.rows_impl = SpeculativeRows(self.model, self.space, speculation, decode, self.context, kv_blocks)
+        elif decode == "model":
+            self.rows_impl = PagedRows(self.space, make_decode_step(self.model, decode))
+        else:
+            self.rows_impl = StagedRows(self.model, self.space, make_decode_step(self.model, decode), max_batch,
+                                        self.context)
         self.device = self.space.pool.k.device
         self.pad_id, self.max_queue = pad_id, max_queue
         self.rows: list[Sequence] = []  # rows[i] is the sequence in batch row i
@@ -320,13 +329,13 @@ class Scheduler:
             self._decode()
         self._update_stats()
 
-    def _make_room(self) -> None:
-        """Room in every row's table for its next token; preempt the newest rows while the pool is short."""
-        bs = self.space.block
+    def _make_room(self, needs: dict[int, int] | None = None) -> None:
+        """Room in every row's table for its next token (needs[id(seq)] tokens with drafts); preempt the newest
+        rows while the pool is short."""
         i = 0
         while i < len(self.rows):
             s = self.rows[i]
-            if s.kv.room(bs) > 0 or self.space.grow(s.kv, 1):
+            if self.space.grow(s.kv, 1 if needs is None else needs[id(s)]):
                 i += 1
                 continue
             self._preempt(max(range(len(self.rows)), key=lambda r: self.rows[r].admitted))
@@ -338,25 +347,53 @@ class Scheduler:
         self._drop_row(row)
         self.space.release(seq.kv)
         seq.kv = None
+        self._release_draft(seq)
         with self._cond:
             self.waiting.appendleft(seq)
         self.stats.preempted += 1
 
+    def _release_draft(self, seq: Sequence) -> None:
+        if self.speculation is not None:
+            self.rows_impl.release(seq)
+
     def _decode(self) -> None:
+        if self.speculation is not None:
+            self._decode_speculative()
+            return
         logits = self.rows_impl.decode(self.rows)  # (n, V)
         self.stats.steps += 1
         self.stats.decode_rows += len(self.rows)
         self._choose_and_push(logits, first_row=0)
 
+    def _decode_speculative(self) -> None:
+        """Draft, make room for the drafts, verify them all in one forward, push what each row emits."""
+        drafts = dict(zip(map(id, self.rows), self.rows_impl.drafts(self.rows)))
+        self._make_room({key: 1 + len(d) for key, (d, _) in drafts.items()})
+        if not self.rows:
+            return
+        emitted = self.rows_impl.decode(self.rows, [drafts[id(s)] for s in self.rows])
+        self.stats.steps += 1
+        self.stats.decode_rows += len(self.rows)
+        self._push(list(self.rows), emitted, first_row=0)
+
     def _choose_and_push(self, logits: torch.Tensor, first_row: int) -> None:
         """logits (k, V) belong to rows first_row .. first_row+k-1: choose, push, retire finished."""
         seqs = self.rows[first_row : first_row + logits.shape[0]]
-        for s, (token, info) in zip(seqs, choose_tokens(logits, seqs)):
-            s.push(token, info)
-        self.stats.decoded_tokens += len(seqs)
+        self._push(seqs, [[pick] for pick in choose_tokens(logits, seqs)], first_row)
+
+    def _push(self, seqs: list[Sequence], emitted: list[list[tuple[int, Any]]], first_row: int) -> None:
+        """Push each row's tokens in order (a row that finishes drops the rest), retire finished rows."""
+        count = 0
+        for s, tokens in zip(seqs, emitted):
+            for token, info in tokens:
+                if s.done:
+                    break
+                s.push(token, info)
+                count += 1
+        self.stats.decoded_tokens += count
         now = time.monotonic()
         with self._cond:
-            self.recent.append((now, len(seqs)))
+            self.recent.append((now, count))
             while self.recent and self.recent[0][0] < now - 60:
                 self.recent.popleft()
         for row in reversed(range(first_row, first_row + len(seqs))):
@@ -384,6 +421,7 @@ class Scheduler:
         self.space.offer(seq.prompt + seq.tokens[:-1], seq.kv)
         self.space.release(seq.kv)
         seq.kv = None
+        self._release_draft(seq)
 
     def _retire(self, seq: Sequence) -> None:
         if seq.cancelled and not seq.done:
@@ -414,6 +452,7 @@ class Scheduler:
             if s.kv is not None:
                 self.space.release(s.kv)
                 s.kv = None
+            self._release_draft(s)
         for j in self.joiners:
             if j.table.blocks:
                 self.space.release(j.table)

@@ -81,6 +81,8 @@ class Sequence:
     kv: Any = None  # its BlockTable (nn/paged_kv_cache.py) while it holds K/V in the scheduler's pool
     admitted: int = -1  # admission order (the newest running row is the first to give way when blocks run out)
     started: bool = False  # start() ran (a preempted sequence comes back without a second start)
+    draft_kv: Any = None  # speculative decoding with a draft model: its BlockTable in the draft's pool
+    draft_fed: list[int] = field(default_factory=list)  # the tokens whose draft K/V that table holds
 
     @classmethod
     def create(

@@ -15,6 +15,7 @@ from fastapi import Request
 from scratchlm.tokenizer.chat.render import default_stop_ids
 from scratchlm.model import TransformerLM
 from scratchlm.serve.prometheus import ServerMetrics
+from scratchlm.generate.speculative import SPEC_METHODS, Speculation
 from scratchlm.serve.kv_space import BLOCK, DEFAULT_KV_CACHE_MB, blocks_for_bytes
 from scratchlm.serve.prompting import JobContext
 from scratchlm.serve.protocol import APIError
@@ -42,6 +43,9 @@ class ServeOptions:
     kv_cache_mb: float = DEFAULT_KV_CACHE_MB  # the K/V block pool, shared by every sequence
     kv_cache_tokens: int | None = None  # the pool as a token budget instead (wins over kv_cache_mb)
     prefill_chunk: int = 512  # prompt tokens prefilled per scheduler step at most (chunked prefill)
+    speculative: str | None = None  # "ngram" (prompt lookup) or "draft" (draft_model): speculative decoding
+    draft_tokens: int = 4  # tokens drafted per row and step
+    draft_model: Any = None  # the draft TransformerLM (same tokenizer), for speculative="draft"
 
     def __post_init__(self) -> None:
         if self.max_body_bytes < 1024:
@@ -54,6 +58,19 @@ class ServeOptions:
             raise ValueError(f"--kv-cache-tokens {self.kv_cache_tokens} must be >= 2")
         if self.prefill_chunk < 1:
             raise ValueError(f"--prefill-chunk {self.prefill_chunk} must be >= 1 token")
+        if self.speculative not in (None, *SPEC_METHODS):
+            raise ValueError(f"--speculative {self.speculative!r} must be one of {SPEC_METHODS}")
+        if (self.speculative == "draft") != (self.draft_model is not None):
+            raise ValueError("--speculative draft needs --draft-model PATH (and --draft-model needs --speculative draft)")
+
+    def speculation(self, vocab_size: int) -> Speculation | None:
+        """The Speculation these options ask for (a draft model must share the model's vocabulary)."""
+        if self.speculative is None:
+            return None
+        if self.draft_model is not None and self.draft_model.config.vocab_size != vocab_size:
+            raise ValueError(f"the draft model's vocabulary ({self.draft_model.config.vocab_size} tokens) is not the "
+                             f"model's ({vocab_size}); speculative decoding needs a draft sharing the tokenizer")
+        return Speculation(self.speculative, k=self.draft_tokens, draft_model=self.draft_model)
 
 
 def served_context(model_context: int, max_context: int | None) -> int:
@@ -91,7 +108,8 @@ class ServerState:
         self.scheduler = Scheduler(model, max_batch=options.max_batch, decode=options.decode,
                                    max_queue=options.max_queue, context=self.context, prefill=options.prefill,
                                    kv_blocks=blocks, prefix_blocks=blocks_for_bytes(model, options.prefix_cache_mb),
-                                   prefill_chunk=options.prefill_chunk)
+                                   prefill_chunk=options.prefill_chunk,
+                                   speculation=options.speculation(model.config.vocab_size))
         chat_stops = list(dict.fromkeys([*(stop_token_ids or []), *default_stop_ids(tokenizer)]))
         structured = StructuredOutput(tokenizer, self.vocab_size, chat_stops)
         self.jobs = JobContext(tokenizer, self.context, self.vocab_size, structured, stop_token_ids, chat_stops,

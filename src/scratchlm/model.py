@@ -160,7 +160,8 @@ class TransformerLM(nn.Module):
         self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        self.init_weights()
+        if not self.lm_head.weight.is_meta:  # built on the meta device: a loader assigns the weights
+            self.init_weights()
 
     @torch.no_grad()
     def init_weights(self) -> None:

@@ -42,7 +42,7 @@ def build_with_weights(config: ModelConfig, state: dict[str, torch.Tensor], dire
     if config.tie_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     for module in model.modules():
-        if isinstance(module, RotaryEmbedding):
+        if isinstance(module, RotaryEmbedding) and module.cos.is_meta:
             module.init_tables(device="cpu")
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
@@ -87,7 +87,7 @@ def build_with_blocks(config: ModelConfig, state: dict[str, torch.Tensor], types
     if config.tie_embeddings and embed not in blocks:
         model.lm_head.weight = model.model.embed_tokens.weight
     for module in model.modules():
-        if isinstance(module, RotaryEmbedding):
+        if isinstance(module, RotaryEmbedding) and module.cos.is_meta:
             module.init_tables(device="cpu")
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:

@@ -40,7 +40,9 @@ class Embedding(nn.Module):
             )
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
-        self.weight = nn.Parameter(torch.randn(num_embeddings, embedding_dim))
+        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim))
+        if not self.weight.is_meta:  # a model built on the meta device gets its weights from a loader
+            nn.init.normal_(self.weight)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         check_token_ids(ids, self.num_embeddings)

@@ -28,7 +28,8 @@ class Linear(nn.Module):
         self.out_features = out_features
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
-        self.reset_parameters()
+        if not self.weight.is_meta:  # a model built on the meta device gets its weights from a loader
+            self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """W, b ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""

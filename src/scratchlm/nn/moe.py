@@ -51,11 +51,12 @@ class Experts(nn.Module):
 
     def __init__(self, n_experts: int, d_model: int, d_ff: int, activation: str = "silu", fused: bool = False) -> None:
         super().__init__()
-        bound = 1.0 / math.sqrt(d_model)
-        self.gate_proj = nn.Parameter(torch.empty(n_experts, d_ff, d_model).uniform_(-bound, bound))
-        self.up_proj = nn.Parameter(torch.empty(n_experts, d_ff, d_model).uniform_(-bound, bound))
-        bound = 1.0 / math.sqrt(d_ff)
-        self.down_proj = nn.Parameter(torch.empty(n_experts, d_model, d_ff).uniform_(-bound, bound))
+        self.gate_proj = nn.Parameter(torch.empty(n_experts, d_ff, d_model))
+        self.up_proj = nn.Parameter(torch.empty(n_experts, d_ff, d_model))
+        self.down_proj = nn.Parameter(torch.empty(n_experts, d_model, d_ff))
+        if not self.gate_proj.is_meta:  # a model built on the meta device gets its weights from a loader
+            for w, fan_in in ((self.gate_proj, d_model), (self.up_proj, d_model), (self.down_proj, d_ff)):
+                nn.init.uniform_(w, -1.0 / math.sqrt(fan_in), 1.0 / math.sqrt(fan_in))
         self.act = get_activation(activation, fused)
 
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:

@@ -126,7 +126,11 @@ class RotaryEmbedding(nn.Module):
         self.fused = fused
         self.scaling = scaling
         self.kind = None if scaling is None else scaling["rope_type"]
-        self.init_tables()
+        if torch.empty(0).device.type == "meta":  # built without memory (a loader fills the weights in): the
+            with torch.device("cpu"):             # tables are computed for real at once, on the CPU, which
+                self.init_tables()                # also spares torch's meta-tensor machinery (~2 s to import)
+        else:
+            self.init_tables()
 
     def _widen(self, t: torch.Tensor) -> torch.Tensor:
         """(..., Hd/2) -> (..., Hd) laid out like the head dims of the style (fused form only)."""

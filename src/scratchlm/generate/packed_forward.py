@@ -23,13 +23,24 @@ import torch.nn.functional as F
 from scratchlm.generate.fast_decode import FastDecoder
 from scratchlm.nn.attention import scaled_dot_product_attention
 from scratchlm.nn.kv_cache import KVCache
-from scratchlm.nn.masks import layer_mask
+from scratchlm.nn.masks import causal_mask
 from scratchlm.nn.softcap import softcap
 
 
 def supported(dec: FastDecoder) -> bool:
     """The decoders packed_forward computes: every one but learned/sinusoidal positions and a second RoPE."""
     return dec.positions is None and dec.local_rope is None
+
+
+def _attention_mask(t: int, s: int, start: int, key_mask: torch.Tensor | None, window: int | None,
+                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mask, safe, live) for T queries at slots [start, s): mask (B or 1, 1, T, S) bool = causal (and window)
+    and the key mask; live = query rows with a visible key; safe = mask | ~live (finite fused attention)."""
+    mask = causal_mask(t, s, start, device, window)[None, None]  # (1, 1, T, S)
+    if key_mask is not None:
+        mask = mask & key_mask[:, None, None, :]
+    live = mask.any(dim=-1, keepdim=True)
+    return mask, mask | ~live, live
 
 
 @torch.inference_mode()
@@ -44,8 +55,7 @@ def packed_forward(dec: FastDecoder, ids: torch.Tensor, positions: torch.Tensor,
     h, kvh, hd = dec.h, dec.kvh, dec.hd
     start = cache.seq_len
     s = start + t
-    windows = {layer.window for layer in dec.layers}
-    masks = {w: layer_mask(t, s, start, key_mask, w, ids.device) for w in windows}
+    masks = {w: _attention_mask(t, s, start, key_mask, w, ids.device) for w in {layer.window for layer in dec.layers}}
     flat = ids.reshape(-1)
     x = F.embedding(flat, dec.embed) if isinstance(dec.embed, torch.Tensor) else dec.embed(flat)  # (B T, D)
     if dec.config.embedding_multiplier != 1.0:
@@ -58,8 +68,11 @@ def packed_forward(dec: FastDecoder, ids: torch.Tensor, positions: torch.Tensor,
         k = qk[:, h:].view(b, t, kvh, hd).transpose(1, 2).to(dec.dtype)  # (B, KvH, T, Hd)
         v = qkv[:, (h + kvh) * hd:].view(b, t, kvh, hd).transpose(1, 2)
         k, v = cache.update(i, k, v)  # (B, KvH, S, Hd)
-        mask, causal = masks[layer.window]
-        out = scaled_dot_product_attention(q, k, v, mask=mask, is_causal=causal, scale=1.0, softcap=layer.softcap)
+        mask, safe, live = masks[layer.window]
+        if layer.softcap is None:  # torch's fused kernel (the fast path; dead query rows give zeros, as ours)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe, scale=1.0, enable_gqa=h != kvh) * live
+        else:
+            out = scaled_dot_product_attention(q, k, v, mask=mask, scale=1.0, softcap=layer.softcap)
         x = layer.attn_residual(x, out.transpose(1, 2).reshape(b * t, h * hd))  # x + o_proj(heads)
         x = layer.ffn_residual(x)
     cache.advance(t)

@@ -29,11 +29,7 @@ Everything here runs on the scheduler thread; other threads call submit() / canc
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
-from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,44 +41,17 @@ from scratchlm.nn.paged_kv_cache import BlockTable, PoolExhausted
 from scratchlm.generate.speculative import Speculation
 from scratchlm.serve.batch_rows import PagedRows, StagedRows
 from scratchlm.serve.joining import Joiner, prefill_step
+from scratchlm.serve.scheduler_thread import QueueFull, SchedulerStats, SchedulerThread
 from scratchlm.serve.kv_space import BLOCK, KVSpace
 from scratchlm.serve.sequence import Sequence
 from scratchlm.serve.speculation import SpeculativeRows
 from scratchlm.serve.token_choice import choose_tokens
 
 SERVE_DECODE_MODES = tuple(m for m in DECODE_MODES if m != "compiled")  # compiled: recompiles per batch size
-log = logging.getLogger("scratchlm.serve")
+__all__ = ["QueueFull", "SERVE_DECODE_MODES", "Scheduler", "SchedulerStats"]
 
 
-class QueueFull(Exception):
-    """The waiting queue holds max_queue sequences already."""
-
-
-@dataclass
-class SchedulerStats:
-    """Counters for /health, /metrics and tests: how much batching really happened."""
-
-    waiting: int = 0
-    active: int = 0
-    prefilling: int = 0  # sequences whose prompt is being prefilled (chunked)
-    steps: int = 0
-    completed: int = 0
-    cancelled: int = 0
-    errors: int = 0
-    rejected: int = 0  # sequences refused because the queue was full
-    preempted: int = 0  # rows that gave their blocks back and waited again
-    max_active: int = 0
-    decoded_tokens: int = 0  # tokens chosen, from prefill logits and from decode steps
-    decode_rows: int = 0  # sum over decode steps of the rows in the step (mean batch = decode_rows / steps)
-    prompt_tokens: int = 0  # prompt tokens admitted
-    cached_prompt_tokens: int = 0  # of which K/V came from the prefix cache
-    kv_blocks_used: int = 0  # pool blocks in use (running rows, prefills, prefix cache)
-    kv_blocks_total: int = 0
-    kv_blocks_high_water: int = 0
-    decode_window_bytes: int = 0  # the fast step's contiguous copy of the running rows' K/V
-
-
-class Scheduler:
+class Scheduler(SchedulerThread):
     """Runs every submitted Sequence to completion in a shared, changing batch (see the module docstring).
 
     kv_blocks: the pool's size in blocks (default: enough for max_batch rows x the context, pages touched
@@ -118,17 +87,12 @@ class Scheduler:
             self.rows_impl = StagedRows(self.model, self.space, make_decode_step(self.model, decode), max_batch,
                                         self.context)
         self.device = self.space.pool.k.device
-        self.pad_id, self.max_queue = pad_id, max_queue
+        self.pad_id = pad_id
         self.rows: list[Sequence] = []  # rows[i] is the sequence in batch row i
         self.joiners: list[Joiner] = []  # admitted, being prefilled
-        self.waiting: deque[Sequence] = deque()
-        self.stats = SchedulerStats(kv_blocks_total=self.space.pool.capacity)
-        self.recent: deque[tuple[float, int]] = deque()  # (time, tokens chosen) of the last steps, for tokens/s
         self._admitted = 0
-        self._cond = threading.Condition()
-        self._running = False
-        self._abort: str | None = None
-        self._thread: threading.Thread | None = None
+        super().__init__(max_queue)
+        self.stats.kv_blocks_total = self.space.pool.capacity
 
     @property
     def prefix_cache(self):
@@ -143,71 +107,8 @@ class Scheduler:
     def seats_taken(self) -> int:
         return len(self.rows) + sum(len(j.seqs) for j in self.joiners)
 
-    # ---- called from other threads -------------------------------------------------------------
-    def start(self) -> None:
-        with self._cond:
-            if self._running:
-                return
-            self._running = True
-        self._thread = threading.Thread(target=self._loop, name="scratchlm-scheduler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._running = False
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def submit(self, sequences: list[Sequence]) -> None:
-        """Queue sequences; they join the running batch at the next step. QueueFull when the waiting
-        queue would exceed max_queue (a request's choices are taken all or none)."""
-        with self._cond:
-            free = self.max_batch - self.seats_taken
-            if len(self.waiting) + len(sequences) > self.max_queue + max(free, 0):
-                self.stats.rejected += len(sequences)
-                raise QueueFull(f"{len(self.waiting)} sequences are waiting (limit {self.max_queue})")
-            self.waiting.extend(sequences)
-            self.stats.waiting = len(self.waiting)
-            self._cond.notify_all()
-
-    def cancel(self, sequences: list[Sequence]) -> None:
-        """Mark sequences cancelled; their rows are freed before the next step."""
-        with self._cond:
-            for s in sequences:
-                s.cancelled = True
-            self._cond.notify_all()
-
-    def abort(self, message: str) -> None:
-        """Fail every running and waiting sequence (with `message`) at the next step boundary."""
-        with self._cond:
-            self._abort = message
-            self._cond.notify_all()
-
-    def tokens_per_second(self, window: float = 10.0) -> float:
-        """Tokens chosen per second over the last `window` seconds."""
-        now = time.monotonic()
-        with self._cond:
-            recent = [n for t, n in self.recent if t >= now - window]
-        return sum(recent) / window
-
-    # ---- the scheduler thread -------------------------------------------------------------------
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while self._running and not self.waiting and not self.rows and not self.joiners and self._abort is None:
-                    self._cond.wait()
-                if not self._running:
-                    break
-                message, self._abort = self._abort, None
-            if message is not None:
-                self._fail_all(message)
-                continue
-            try:
-                self.step()
-            except Exception as exc:  # a bug must not kill the server: fail the affected sequences
-                log.exception("scheduler step failed; failing the running and waiting sequences")
-                self._fail_all(f"internal error in the scheduler ({type(exc).__name__}); see the server log")
+    def busy(self) -> bool:
+        return bool(self.waiting or self.rows or self.joiners)
 
     # ---- admission and prefill -----------------------------------------------------------------
     def _admit(self) -> None:

@@ -21,6 +21,7 @@ import math
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from scratchlm.config import ModelConfig
 from scratchlm.nn.attention import Attention
@@ -156,6 +157,9 @@ class TransformerLM(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
+        # a training-time switch, not architecture (so not in config.json): keep only each block's input in the
+        # forward and recompute the block in the backward (less memory, one more forward of the blocks)
+        self.activation_checkpointing = False
         self.model = Decoder(config)
         self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
@@ -198,6 +202,7 @@ class TransformerLM(nn.Module):
         kv_cache: KVCache | None = None,
         logits_to_keep: int = 0,
         return_router_logits: bool = False,
+        return_hidden: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """input_ids (B, T) -> logits (B, T, V), fp32 master weights.
 
@@ -209,6 +214,8 @@ class TransformerLM(nn.Module):
         logits (B, n, V) (generation's prefill needs 1; skips the LM head on the rest); 0 = all.
         return_router_logits: also return every MoE layer's router logits (B T, E), for the training loss's
         load-balancing term: (logits, (router logits per MoE layer, ...)).
+        return_hidden: return the final norm's output (B, T, D) in place of the logits (the head is left to
+        the caller: the chunked head + cross entropy of train/chunked_ce.py).
         """
         start = kv_cache.seq_len if kv_cache is not None else 0
         self._check_input(input_ids, start)
@@ -228,15 +235,20 @@ class TransformerLM(nn.Module):
         if self.model.embed_positions is not None:
             x = x + self.model.embed_positions(token_positions).to(x.dtype)
         router_logits: list[torch.Tensor] | None = [] if return_router_logits else None
+        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and kv_cache is None
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, token_positions, *masks[windows[i]], kv_cache, i, router_logits)
+            if recompute:
+                x = checkpoint(layer, x, token_positions, *masks[windows[i]], None, i, router_logits,
+                               use_reentrant=False)
+            else:
+                x = layer(x, token_positions, *masks[windows[i]], kv_cache, i, router_logits)
         if logits_to_keep > 0:
             x = x[:, -logits_to_keep:]  # (B, n, D): norm and head are per position
         if self.model.norm is not None:
             x = self.model.norm(x)
         if kv_cache is not None:
             kv_cache.advance(t)
-        logits = self.logits(x)  # (B, T, V)
+        logits = x if return_hidden else self.logits(x)  # (B, T, V), or (B, T, D) hidden states
         return (logits, tuple(router_logits)) if router_logits is not None else logits
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

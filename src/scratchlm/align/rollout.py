@@ -15,11 +15,12 @@ from typing import Any, Callable
 
 import torch
 
-from scratchlm.align.logprobs import completion_logprobs
+from scratchlm.align.logprobs import completion_logprobs, model_device
 from scratchlm.align.rewards import get_reward
 from scratchlm.data.align_data import RLPrompt, encode_prompt, end_token
 from scratchlm.generate.engine import generate
 from scratchlm.model import TransformerLM
+from scratchlm.train.precision import full_precision
 
 
 @dataclass
@@ -70,8 +71,9 @@ def sample_rollouts(
     stops = sorted(set(ends))
     was_training = model.training
     model.eval()
-    outs = generate(model, prompts, max_new_tokens, stop_token_ids=stops, seed=seed,
-                    temperature=temperature, **sampling)
+    with full_precision(model_device(model)):  # sampling runs the weights as stored, also in a bf16-mixed step
+        outs = generate(model, prompts, max_new_tokens, stop_token_ids=stops, seed=seed,
+                        temperature=temperature, **sampling)
     model.train(was_training)
     texts, rewards, truncated = [], [], []
     for out, end, i in zip(outs, ends, rows):

@@ -17,9 +17,10 @@ import torch
 
 from scratchlm.align.run_state import AlignCheckpointer, CheckpointOptions
 from scratchlm.align.logprobs import model_device
-from scratchlm.align.sft import pack_examples, pad_examples, sft_loss
+from scratchlm.align.sft import IGNORE, pack_examples, pad_examples, sft_labels, sft_loss
 from scratchlm.align.trainer_common import IndexBatches, OptimConfig, Stepper, run_loop
 from scratchlm.model import TransformerLM
+from scratchlm.train.lm_loss import LM_LOSS_IMPLS, model_cross_entropy
 
 Example = tuple[list[int], list[int]]
 
@@ -35,12 +36,15 @@ class SFTTrainConfig:
     pack: bool = False
     seq_len: int = 256
     seed: int = 0
+    loss_impl: str = "reference"  # train/lm_loss.py: "chunked" fuses the LM head with the loss (no whole logits)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, schedule="cosine"))
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.seq_len < 2 or (self.micro_batch or 1) < 1:
             raise ValueError(f"need steps >= 1, batch_size >= 1, micro_batch >= 1, seq_len >= 2; got {self.steps}, "
                              f"{self.batch_size}, {self.micro_batch}, {self.seq_len}")
+        if self.loss_impl not in LM_LOSS_IMPLS:
+            raise ValueError(f"SFTTrainConfig.loss_impl={self.loss_impl!r} is not one of {LM_LOSS_IMPLS}")
 
 
 def check_lengths(examples: list[Example], max_len: int) -> None:
@@ -63,12 +67,24 @@ def sft_eval_loss(model: TransformerLM, examples: list[Example], batch_size: int
     return total / max(count, 1.0)
 
 
-def accumulate_sft_step(model: TransformerLM, ids: torch.Tensor, mask: torch.Tensor, micro_batch: int) -> float:
+def sft_model_loss(model: TransformerLM, ids: torch.Tensor, mask: torch.Tensor, n_tokens: float,
+                   loss_impl: str = "reference") -> torch.Tensor:
+    """sft_loss of model on (ids, mask) normalised by n_tokens, through loss_impl (reference: sft_loss on the
+    logits; torch / chunked: train/lm_loss.py, the chunked one without whole logits)."""
+    if loss_impl == "reference":
+        return sft_loss(model(ids), ids, mask, n_tokens)
+    total = model_cross_entropy(model, ids, sft_labels(ids, mask), loss_impl, reduction="sum", ignore_index=IGNORE,
+                                drop_last=True)
+    return total / max(float(n_tokens), 1.0)
+
+
+def accumulate_sft_step(model: TransformerLM, ids: torch.Tensor, mask: torch.Tensor, micro_batch: int,
+                        loss_impl: str = "reference") -> float:
     """Backward of the batch's token-mean loss, micro_batch rows at a time; returns the loss."""
     n_tokens = float(mask[:, 1:].sum())
     total = 0.0
     for s in range(0, ids.shape[0], micro_batch):
-        loss = sft_loss(model(ids[s:s + micro_batch]), ids[s:s + micro_batch], mask[s:s + micro_batch], n_tokens)
+        loss = sft_model_loss(model, ids[s:s + micro_batch], mask[s:s + micro_batch], n_tokens, loss_impl)
         loss.backward()
         total += float(loss.detach())
     return total
@@ -97,7 +113,7 @@ def train_sft(model: TransformerLM, examples: list[Example], cfg: SFTTrainConfig
         else:
             ids, mask = pad_examples([examples[i] for i in idx], pad_id)
         ids, mask = ids.to(device), mask.to(device)
-        loss = accumulate_sft_step(model, ids, mask, cfg.micro_batch or ids.shape[0])
+        loss = accumulate_sft_step(model, ids, mask, cfg.micro_batch or ids.shape[0], cfg.loss_impl)
         grad_norm = stepper.step()
         return {"step": step, "loss": loss, "tokens": int(mask[:, 1:].sum()), "grad_norm": grad_norm}
 

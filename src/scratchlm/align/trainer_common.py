@@ -4,6 +4,9 @@ step loop, saving.
 Reuses scratchlm.train: AdamW + parameter groups (build_optimizer), the LR schedules (lr_at) and
 global-norm clipping (clip_grad_norm). One optimizer step s:
     lr_s = lr_at(schedule, s, lr, min_lr = 0.1 lr, warmup, total);  n = clip(grads, grad_clip);  AdamW step
+Numerics (OptimConfig): `precision` fp32 | bf16-mixed (train/precision.py: every forward/backward of a step
+under bf16 autocast; master weights, gradients, AdamW state, clipping and the update in fp32);
+`optimizer_impl` reference | torch (our AdamW, or torch's fused one: tested equal in tests/train/test_optim.py).
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from scratchlm.align.logprobs import model_device
 from scratchlm.align.run_state import AlignCheckpointer
 from scratchlm.io_utils import atomic_write_text
 from scratchlm.model import TransformerLM
 from scratchlm.nn.lora import adapters_disabled, lora_layers
 from scratchlm.train.clip import clip_grad_norm
-from scratchlm.train.optim import build_optimizer
+from scratchlm.train.optim import OPTIMIZER_IMPLS, build_optimizer
+from scratchlm.train.precision import autocast, check_precision, full_precision
 from scratchlm.train.schedule import lr_at
 
 
@@ -39,12 +44,17 @@ class OptimConfig:
     schedule: str = "constant"
     grad_clip: float = 1.0
     betas: tuple[float, float] = (0.9, 0.95)
+    precision: str = "fp32"  # or "bf16-mixed" (module docstring)
+    optimizer_impl: str = "reference"  # or "torch" (fused AdamW)
 
     def __post_init__(self) -> None:
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if not self.grad_clip > 0:
             raise ValueError(f"grad_clip must be > 0, got {self.grad_clip}")
+        check_precision(self.precision, "precision")
+        if self.optimizer_impl not in OPTIMIZER_IMPLS:
+            raise ValueError(f"optimizer_impl={self.optimizer_impl!r} is not one of {OPTIMIZER_IMPLS}")
 
 
 class Stepper:
@@ -53,11 +63,16 @@ class Stepper:
     def __init__(self, modules: list[nn.Module], cfg: OptimConfig, total_steps: int) -> None:
         self.params = [p for m in modules for p in m.parameters() if p.requires_grad]
         holder = nn.ModuleList(modules)
-        self.optimizer = build_optimizer(holder, cfg.lr, cfg.weight_decay, betas=cfg.betas)
+        self.optimizer = build_optimizer(holder, cfg.lr, cfg.weight_decay, betas=cfg.betas, impl=cfg.optimizer_impl)
         self.cfg, self.total, self.step_count = cfg, max(1, total_steps), 0
 
     def step(self) -> float:
-        """Clip, set lr, update, zero grads; returns the pre-clip gradient norm. Raises on inf/NaN."""
+        """Clip, set lr, update, zero grads (fp32, outside any autocast); returns the pre-clip gradient norm.
+        Raises on inf/NaN."""
+        with full_precision(self.params[0].device if self.params else "cpu"):
+            return self._step()
+
+    def _step(self) -> float:
         norm = float(clip_grad_norm(self.params, self.cfg.grad_clip))
         if not math.isfinite(norm):
             raise ValueError(f"gradient norm is {norm} at step {self.step_count}; lower the learning rate "
@@ -104,7 +119,8 @@ def make_reference(model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
 def run_loop(name: str, total_steps: int, ckpt: AlignCheckpointer, batches: IndexBatches | None,
              step_fn: Callable[[int], dict[str, Any]], progress: bool = True, show: tuple[str, ...] = ("loss",),
              on_step: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Steps ckpt.start().step .. total_steps - 1 of `step_fn(step) -> metrics record`, checkpointing as due.
+    """Steps ckpt.start().step .. total_steps - 1 of `step_fn(step) -> metrics record`, checkpointing as due;
+    each step runs under the stepper's OptimConfig.precision (bf16-mixed: autocast).
 
     Resuming restores weights, optimizer, RNG, the data position and the history before the first step,
     so the run continues exactly where the checkpoint left it. Returns the history of every step.
@@ -114,8 +130,10 @@ def run_loop(name: str, total_steps: int, ckpt: AlignCheckpointer, batches: Inde
         batches.restore(state.data)
     bar = tqdm(range(state.step, total_steps), desc=name, disable=not progress, initial=state.step,
                total=total_steps)
+    precision, device = ckpt.stepper.cfg.precision, model_device(ckpt.policy)
     for step in bar:
-        record = step_fn(step)
+        with autocast(precision, device):  # the step's forwards and backwards (Stepper.step leaves it)
+            record = step_fn(step)
         state.history.append(record)
         state.step = step + 1
         state.data = batches.state() if batches is not None else {}

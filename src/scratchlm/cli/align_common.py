@@ -32,6 +32,7 @@ from scratchlm.load import load_pretrained, write_model_extras
 from scratchlm.model import TransformerLM
 from scratchlm.nn.lora import LORA_TARGETS, apply_lora, merge_lora
 from scratchlm.train.distributed import pick_device
+from scratchlm.train.precision import PRECISIONS
 from scratchlm.train.schedule import SCHEDULES
 
 
@@ -49,6 +50,14 @@ def add_common_args(p: argparse.ArgumentParser, data_help: str, lr: float, steps
     p.add_argument("--seed", type=int, default=0, help="seeds data order, sampling and init of new heads")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto = cuda when available")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="bf16-mixed: forwards/backwards under bf16 autocast, fp32 master weights and AdamW state "
+                        "(fast on GPUs and CPUs with AVX512-BF16/AMX; slow on AVX2-only CPUs)")
+    p.add_argument("--fast", action="store_true",
+                   help="the tested fast paths: torch's SDPA attention and fused norm/SiLU/RoPE kernels, torch's "
+                        "fused AdamW, and (sft) the LM head fused with the loss over chunks of positions")
+    p.add_argument("--activation-checkpointing", action="store_true",
+                   help="recompute each block in the backward: less memory, about a third more compute")
     p.add_argument("--checkpoint-every", type=int, default=50, metavar="N",
                    help="write OUT/checkpoint every N steps (0 = never); --resume continues from it")
     p.add_argument("--resume", action="store_true", help="continue the interrupted run in --out (same flags)")
@@ -75,7 +84,8 @@ def add_rollout_args(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
 
 def optim_from_args(args: argparse.Namespace) -> OptimConfig:
     return OptimConfig(lr=args.lr, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps,
-                       schedule=args.schedule, grad_clip=args.grad_clip)
+                       schedule=args.schedule, grad_clip=args.grad_clip, precision=args.precision,
+                       optimizer_impl="torch" if args.fast else "reference")
 
 
 def load_policy(args: argparse.Namespace) -> tuple[TransformerLM, Any]:
@@ -88,8 +98,11 @@ def load_policy(args: argparse.Namespace) -> tuple[TransformerLM, Any]:
     torch.manual_seed(args.seed)
     # LoRA: a GGUF base stays in its ggml blocks (QLoRA, frozen); full fine-tuning needs a dense fp32 copy
     lora = bool(getattr(args, "lora_r", 0))
-    args.loaded = load_pretrained(args.checkpoint, dtype=None if lora else torch.float32, keep_quantized=False)
+    fast = {"attn_impl": "sdpa", "ops_impl": "fused"} if getattr(args, "fast", False) else {}
+    args.loaded = load_pretrained(args.checkpoint, dtype=None if lora else torch.float32, keep_quantized=False,
+                                  **fast)
     model = args.loaded.model.to(pick_device(args.device)).train()
+    model.activation_checkpointing = bool(getattr(args, "activation_checkpointing", False))
     if getattr(args, "lora_r", 0):
         targets = [t.strip() for t in args.lora_targets.split(",") if t.strip()]
         alpha = 2.0 * args.lora_r if args.lora_alpha is None else args.lora_alpha

@@ -16,7 +16,8 @@ from scratchlm.data.align_data import encode_chat, load_chat_jsonl
 
 def run(args: argparse.Namespace) -> int:
     cfg = SFTTrainConfig(steps=args.steps, batch_size=args.batch_size, micro_batch=args.micro_batch, pack=args.pack,
-                         seq_len=args.seq_len, seed=args.seed, optim=optim_from_args(args))
+                         seq_len=args.seq_len, seed=args.seed, loss_impl="chunked" if args.fast else "reference",
+                         optim=optim_from_args(args))
     return run_align(args, lambda tok, fmt: encode_chat(tok, load_chat_jsonl(args.data), fmt), cfg,
                      lambda model, tok, data, ckpt: train_sft(model, data, cfg, checkpoint=ckpt),
                      measure=("assistant_loss", sft_eval_loss))

@@ -39,10 +39,12 @@ from scratchlm.train.clip import clip_grad_norm, global_grad_norm
 from scratchlm.train.train_config import TrainConfig
 from scratchlm.train.data_source import DataSource, to_device
 from scratchlm.train.guard import DivergenceGuard, LastGood, TrainingDiverged, WeightStats
+from scratchlm.train.lm_loss import fused_head_weight, model_cross_entropy
 from scratchlm.train.losses import cross_entropy, perplexity
 from scratchlm.train.run_metrics import MetricsLog, PeakTracker, plot_loss_curve
 from scratchlm.train.moe_loss import load_balancing_loss
 from scratchlm.train.optim import build_optimizer
+from scratchlm.train.precision import autocast
 from scratchlm.train.progress import TrainProgress
 from scratchlm.train.resume import resumed_total_steps, schedule_lr
 from scratchlm.train.out_dir import check_fresh_out_dir
@@ -93,11 +95,12 @@ class Trainer:
         np.random.seed(cfg.seed)
         self.data = DataSource(cfg.train_data, cfg.val_data, cfg.val_fraction, cfg.seq_len, cfg.sampler, cfg.seed)
         self.raw_model = build_model(cfg, self.data.vocab_size).to(self.info.device)
+        self.raw_model.activation_checkpointing = cfg.activation_checkpointing
         self.model = D.wrap_model(self.raw_model, self.info, cfg.fsdp)  # FSDP swaps in sharded parameters
         self.optimizer = build_optimizer(self.raw_model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
                                          cfg.optimizer_impl)
         self.metrics = MetricsLog(self.out / "metrics.jsonl", enabled=self.info.is_main)
-        dtype = torch.bfloat16 if cfg.dtype == "bf16" else torch.float32
+        dtype = torch.bfloat16 if cfg.precision == "bf16-mixed" else torch.float32
         self.peak = PeakTracker(cfg.peak_gflops, dtype, self.info.device)  # private RNG: before and after restore
         self.state = self._start_or_resume(resume)
         self.guard = DivergenceGuard(cfg.spike_factor, self.state.loss_ema, self.state.loss_ema_steps,
@@ -147,23 +150,35 @@ class Trainer:
         return schedule_lr(self.cfg, step, self.state.total_steps)
 
     def _autocast(self):
-        return torch.autocast(self.info.device.type, dtype=torch.bfloat16, enabled=self.cfg.dtype == "bf16")
+        return autocast(self.cfg.precision, self.info.device)
 
-    def _loss(self, x: torch.Tensor, y: torch.Tensor, model=None, reduction: str = "mean") -> torch.Tensor:
+    def _chunked(self, reduction: str) -> bool:
+        """loss_impl="chunked" where it applies: a fusable head (train/lm_loss.py), a reduced loss, and not under
+        FSDP (the head's weight is sharded outside its forward); elsewhere it computes as "torch"."""
+        return (self.cfg.loss_impl == "chunked" and reduction != "none" and fused_head_weight(self.raw_model) is not None
+                and not (self.cfg.fsdp and self.info.enabled))
+
+    def _loss(self, x: torch.Tensor, y: torch.Tensor, model=None, reduction: str = "mean",
+              router: bool = False) -> torch.Tensor | tuple[torch.Tensor, tuple]:
+        """Cross entropy of y under the model (B, T) -> scalar (and the MoE router logits when `router`)."""
+        cfg, model = self.cfg, model or self.model
         with self._autocast():
-            logits = (model or self.model)(x)  # (B, T, V)
-        return cross_entropy(logits, y, label_smoothing=self.cfg.label_smoothing, z_loss=self.cfg.z_loss,
-                             reduction=reduction, impl=self.cfg.loss_impl)
+            if self._chunked(reduction):  # the head fused with the loss (train/chunked_ce.py)
+                return model_cross_entropy(model, x, y, "chunked", cfg.label_smoothing, cfg.z_loss, reduction,
+                                           return_router_logits=router, raw_model=self.raw_model)
+            out = model(x, return_router_logits=True) if router else model(x)  # logits (B, T, V)
+        logits, router_logits = out if router else (out, None)
+        impl = "torch" if cfg.loss_impl == "chunked" else cfg.loss_impl
+        loss = cross_entropy(logits, y, label_smoothing=cfg.label_smoothing, z_loss=cfg.z_loss, reduction=reduction,
+                             impl=impl)
+        return (loss, router_logits) if router else loss
 
     def _training_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The optimised loss: cross entropy, plus moe_aux_loss_coef * the load-balancing loss for MoE models."""
         config = self.raw_model.config
         if config.moe_num_experts == 0 or config.moe_aux_loss_coef == 0:
             return self._loss(x, y)
-        with self._autocast():
-            logits, router_logits = self.model(x, return_router_logits=True)  # (B, T, V), per MoE layer (B T, E)
-        ce = cross_entropy(logits, y, label_smoothing=self.cfg.label_smoothing, z_loss=self.cfg.z_loss,
-                           impl=self.cfg.loss_impl)
+        ce, router_logits = self._loss(x, y, router=True)  # router logits per MoE layer (B T, E)
         return ce + config.moe_aux_loss_coef * load_balancing_loss(router_logits, config.moe_top_k)
 
     def train_step(self, step: int) -> tuple[float, float, float]:

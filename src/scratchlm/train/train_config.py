@@ -15,8 +15,9 @@ from typing import Any
 
 from scratchlm.field_types import check_field_types
 from scratchlm.io_utils import read_json_object
-from scratchlm.train.losses import LOSS_IMPLS
+from scratchlm.train.lm_loss import LM_LOSS_IMPLS
 from scratchlm.train.optim import OPTIMIZER_IMPLS
+from scratchlm.train.precision import PRECISIONS
 from scratchlm.train.schedule import SCHEDULES
 
 CHOICES = {
@@ -25,7 +26,7 @@ CHOICES = {
     "dtype": ("fp32", "bf16"),
     "device": ("auto", "cpu", "cuda"),
     "optimizer_impl": OPTIMIZER_IMPLS,
-    "loss_impl": LOSS_IMPLS,
+    "loss_impl": LM_LOSS_IMPLS,
 }
 POSITIVE_INTS = ("batch_size", "seq_len", "grad_accum", "max_steps", "eval_interval", "eval_batches",
                  "ckpt_interval", "log_interval", "keep_last")
@@ -65,9 +66,11 @@ class TrainConfig:
     z_loss: float = 0.0
     optimizer_impl: str = "reference"
     loss_impl: str = "reference"
-    dtype: str = "fp32"
+    dtype: str = "fp32"  # the older name of precision: "bf16" = "bf16-mixed" (kept in sync with it)
+    precision: str = ""  # "fp32" | "bf16-mixed" (train/precision.py); "" = as dtype says
     device: str = "auto"
     compile: bool = False
+    activation_checkpointing: bool = False  # recompute each block in the backward: less memory, ~1/3 more compute
     fsdp: bool = False
     seed: int = 1337
     eval_interval: int = 100
@@ -94,7 +97,21 @@ class TrainConfig:
         for name, valid in CHOICES.items():
             if getattr(self, name) not in valid:
                 raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} is not one of {valid}")
+        self._resolve_precision()
         self._check_ranges()
+
+    def _resolve_precision(self) -> None:
+        """precision and its older name dtype name one setting: either turns bf16 on; they may not disagree."""
+        implied = "bf16-mixed" if self.dtype == "bf16" else "fp32"
+        if self.precision == "":
+            self.precision = implied
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"TrainConfig.precision={self.precision!r} is not one of {PRECISIONS}")
+        if self.precision == "bf16-mixed" and self.dtype == "fp32":
+            self.dtype = "bf16"
+        elif self.precision != implied:
+            raise ValueError(f"TrainConfig.precision={self.precision!r} and dtype={self.dtype!r} disagree (dtype is "
+                             f"precision's older name: bf16 = bf16-mixed); set precision only")
 
     def _check_ranges(self) -> None:
         if not self.lr > 0 or self.min_lr > self.lr:
@@ -143,6 +160,10 @@ class TrainConfig:
         """A validated copy with `overrides` ({"lr": 3e-4, "model.n_layers": 6}) applied."""
         data = self.to_dict()
         data["model"] = dict(data["model"])
+        if "dtype" in overrides and "precision" not in overrides:
+            data["precision"] = ""  # follow the overriding older name
+        if "precision" in overrides and "dtype" not in overrides:
+            data["dtype"] = "fp32"  # resynced from the new precision
         for key, value in overrides.items():
             if key.startswith("model."):
                 data["model"][key[len("model."):]] = value

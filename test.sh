@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")"
 . scripts/ensure_venv.sh
 .venv/bin/pip install -q -e ".[test]"
-.venv/bin/python -m pytest tests -q "$@"
+.venv/bin/python -m pytest tests -q -n 2 "$@"

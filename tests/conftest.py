@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,11 @@ from smollm2_fixture import locate_smollm2
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # the suite runs as 2 pytest-xdist workers (pyproject addopts), one per core: each worker's torch uses one
+    # thread, so the two never oversubscribe the cores (2 x 2 OpenMP threads on 2 cores thrash)
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -96,7 +96,9 @@ def random_llama_f16(path: Path, d: int, layers: int, heads: int, kv: int, ff: i
     w.add_rope_dimension_count(hd), w.add_layer_norm_rms_eps(1e-5), w.add_rope_freq_base(500000.0)
     w.add_file_type(1)
     w.add_tokenizer_model("gpt2"), w.add_tokenizer_pre("llama-bpe")
-    w.add_token_list([f"<t{i}>" for i in range(vocab)]), w.add_token_types([1] * vocab), w.add_token_merges([])
+    # one placeholder merge: llama.cpp refuses a gpt2 vocabulary without the merges key (an empty list is not written)
+    w.add_token_list([f"<t{i}>" for i in range(vocab)]), w.add_token_types([1] * vocab)
+    w.add_token_merges(["<t0> <t1>"])
 
     def mat(rows: int, cols: int) -> np.ndarray:
         return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
@@ -116,8 +118,13 @@ def random_llama_f16(path: Path, d: int, layers: int, heads: int, kv: int, ff: i
 
 
 def big_files(work: Path) -> dict[str, Path]:
-    return {f"{name}-Q4_K_M": quantize_file(random_llama_f16(work / f"{name}-F16.gguf", **shape),
-                                            work / f"{name}-Q4_K_M.gguf", 15) for name, shape in BIG.items()}
+    """The random 1B / 3B Q4_K_M files, made (F16 by gguf-py, then llama.cpp's quantizer) when missing."""
+    out = {}
+    for name, shape in BIG.items():
+        dst = work / f"{name}-Q4_K_M.gguf"
+        out[f"{name}-Q4_K_M"] = dst if dst.exists() else quantize_file(
+            random_llama_f16(work / f"{name}-F16.gguf", **shape), dst, 15)
+    return out
 
 
 # ---- the per-engine child process ------------------------------------------------------------------------
@@ -193,10 +200,19 @@ def run_child(engine: str, path: Path, prompt: list[int], n: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def peak_rss_mb() -> float:
+    """This process's peak RSS (VmHWM: the high-water mark of its own address space). Not getrusage's ru_maxrss:
+    Linux keeps that over fork + exec, so every child would report at least the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child_main(engine: str, path: str, prompt: str, n: str) -> None:
     args = (Path(path), json.loads(prompt), int(n))
     result = child_llamacpp(*args) if engine == "llamacpp" else child_scratchlm(*args, engine)
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(result))
 
 

@@ -29,6 +29,17 @@ def _check_state(expected: dict[str, torch.Tensor], state: dict[str, torch.Tenso
                          f"unexpected {unexpected[:5]}, wrong shapes {wrong[:3]}")
 
 
+def _finish(model: TransformerLM, directory: Path) -> TransformerLM:
+    """A meta-built model after its tensors were assigned: RoPE tables computed on CPU, nothing left on meta."""
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding) and module.cos.is_meta:
+            module.init_tables(device="cpu")
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise ValueError(f"internal error: tensors {left[:5]} were not materialised after loading {directory}")
+    return model
+
+
 def build_with_weights(config: ModelConfig, state: dict[str, torch.Tensor], directory: Path) -> TransformerLM:
     """TransformerLM holding exactly `state` (as fp32), without a wasted random init.
 
@@ -41,13 +52,7 @@ def build_with_weights(config: ModelConfig, state: dict[str, torch.Tensor], dire
     model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=True, assign=True)
     if config.tie_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    for module in model.modules():
-        if isinstance(module, RotaryEmbedding) and module.cos.is_meta:
-            module.init_tables(device="cpu")
-    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-    if left:
-        raise ValueError(f"internal error: tensors {left[:5]} were not materialised after loading {directory}")
-    return model
+    return _finish(model, directory)
 
 
 def _set_module(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
@@ -86,10 +91,4 @@ def build_with_blocks(config: ModelConfig, state: dict[str, torch.Tensor], types
     model.load_state_dict(rest, strict=False, assign=True)
     if config.tie_embeddings and embed not in blocks:
         model.lm_head.weight = model.model.embed_tokens.weight
-    for module in model.modules():
-        if isinstance(module, RotaryEmbedding) and module.cos.is_meta:
-            module.init_tables(device="cpu")
-    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-    if left:
-        raise ValueError(f"internal error: tensors {left[:5]} were not materialised after loading {directory}")
-    return model
+    return _finish(model, directory)

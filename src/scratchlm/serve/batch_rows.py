@@ -34,12 +34,12 @@ def _inputs(rows: list[Sequence], device: torch.device) -> tuple[torch.Tensor, t
     return tokens, positions
 
 
-class PagedRows:
-    """decode="model": every step attends over the block tables (see the module docstring)."""
+class CountedRows:
+    """The scheduler's rows bookkeeping for row sets that keep no per-row state (the rows' block tables hold
+    it): only how many rows run. remove(row) returns the row that moves into `row`'s place (the last one), or
+    None when `row` was the last."""
 
-    def __init__(self, space: KVSpace, step: DecodeStep) -> None:
-        self.space, self.step = space, step
-        self.count = 0
+    count = 0
 
     def add(self, seqs: list[Sequence]) -> None:
         self.count += len(seqs)
@@ -49,6 +49,14 @@ class PagedRows:
         return self.count if row != self.count else None
 
     def clear(self) -> None:
+        self.count = 0
+
+
+class PagedRows(CountedRows):
+    """decode="model": every step attends over the block tables (see the module docstring)."""
+
+    def __init__(self, space: KVSpace, step: DecodeStep) -> None:
+        self.space, self.step = space, step
         self.count = 0
 
     def decode(self, rows: list[Sequence]) -> torch.Tensor:

@@ -24,6 +24,7 @@ from scratchlm.generate.speculative import Speculation, accept_draft, forward_fn
 from scratchlm.model import TransformerLM
 from scratchlm.nn.paged_kv_cache import BlockTable, PagedKVCache
 from scratchlm.nn.softmax import softmax
+from scratchlm.serve.batch_rows import CountedRows
 from scratchlm.serve.kv_space import KVSpace
 from scratchlm.serve.sequence import LogprobInfo, Sequence
 from scratchlm.serve.token_choice import choose_tokens
@@ -115,7 +116,7 @@ class DraftModelRows:
         return out
 
 
-class SpeculativeRows:
+class SpeculativeRows(CountedRows):
     """The running rows decoded with drafts over their block tables (see the module docstring)."""
 
     def __init__(self, model: TransformerLM, space: KVSpace, spec: Speculation, decode: str, context: int,
@@ -125,17 +126,6 @@ class SpeculativeRows:
         self.draft = None if spec.method != "draft" else DraftModelRows(spec.draft_model, draft_blocks, decode)
         self.count = 0
         self.drafted = self.accepted = 0  # draft tokens proposed / accepted so far (for /health)
-
-    # the scheduler's rows bookkeeping (no per-row state here: the rows' tables hold it)
-    def add(self, seqs: list[Sequence]) -> None:
-        self.count += len(seqs)
-
-    def remove(self, row: int) -> int | None:
-        self.count -= 1
-        return self.count if row != self.count else None
-
-    def clear(self) -> None:
-        self.count = 0
 
     @property
     def nbytes(self) -> int:

@@ -8,7 +8,13 @@ and AdamW instead); bf16 = torch.autocast on both. Steps of the two are interlea
 machine load hits both alike; tok/s from the median step time. MFU = training FLOPs of a step
 (scratchlm.model_stats, attention included) / its time / the matmul peak of that dtype (1536^3, best of
 0.25 s) measured right after it, median over steps; `mfu_vs_max_peak` uses the best peak of the run.
+`mfu_of_measured_peak` = `mfu` (the issue's name for it).
+--peer nanogpt: the peer is nanoGPT's GPT (benchmarks/peers/nanogpt_model.py, vendored unmodified) and ours the
+same GPT-2 architecture at the same dims (LayerNorm with bias, exact GELU MLP, learned positions, tied
+embeddings; vocab 8192, 6 layers, D 384, 6 heads, d_ff 1536), both with F.cross_entropy and fused AdamW;
+--hf-compile then compiles nanoGPT's forward + loss too (nanoGPT trains with compile=True by default).
 Prints one JSON object.   python benchmarks/train_step.py [--steps 6] [--compile] [--dtypes fp32,bf16]
+                          [--peer hf|nanogpt] [--hf-compile]
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -58,17 +66,38 @@ def make_step(model, loss_fn, opt, dtype: str, compile_: bool = False):
     return step
 
 
+def nanogpt_pair(args) -> tuple[TransformerLM, torch.nn.Module]:
+    """Our GPT-2-architecture model and nanoGPT's GPT at the benchmark dims."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from peers.nanogpt_model import GPT, GPTConfig
+
+    ref = args.ours_ref
+    ours = TransformerLM(get_preset("gpt2-small", vocab_size=8192, d_model=384, n_layers=6, n_heads=6, n_kv_heads=6,
+                                    head_dim=64, d_ff=1536, max_seq_len=args.seq_len, activation="gelu",
+                                    attn_impl="reference" if ref else args.attn, ops_impl="reference" if ref else "fused"))
+    peer = GPT(GPTConfig(block_size=args.seq_len, vocab_size=8192, n_layer=6, n_head=6, n_embd=384, dropout=0.0,
+                         bias=True)).train()
+    return ours, peer
+
+
 def run_dtype(dtype: str, args, x, y) -> dict:
     torch.manual_seed(0)
     impl = "reference" if args.ours_ref else "torch"
-    ours = TransformerLM(get_preset("llama-small", max_seq_len=args.seq_len, attn_impl="reference" if args.ours_ref else args.attn,
-                                    ops_impl="reference" if args.ours_ref else "fused"))
-    hf = hf_twin(ours)
+    if args.peer == "nanogpt":
+        ours, peer = nanogpt_pair(args)
+        # nanoGPT's own training call: model(x, y) -> (logits, loss), its cross entropy inside the forward
+        peer_forward, peer_loss = (lambda ids: ids), (lambda ids, t: peer(ids, t)[1])  # noqa: E731
+    else:
+        ours = TransformerLM(get_preset("llama-small", max_seq_len=args.seq_len,
+                                        attn_impl="reference" if args.ours_ref else args.attn,
+                                        ops_impl="reference" if args.ours_ref else "fused"))
+        peer = hf_twin(ours)
+        peer_forward = lambda ids: peer(input_ids=ids).logits  # noqa: E731
+        peer_loss = lambda lg, t: F.cross_entropy(lg.float().flatten(0, 1), t.flatten())  # noqa: E731
     ours_step = make_step(ours, lambda lg, t: cross_entropy(lg, t, impl=impl),
                           build_optimizer(ours, 1e-4, 0.1, impl=impl), dtype, args.compile)
-    hf_step = make_step(lambda ids: hf(input_ids=ids).logits,
-                        lambda lg, t: F.cross_entropy(lg.float().flatten(0, 1), t.flatten()),
-                        torch.optim.AdamW(hf.parameters(), lr=1e-4, weight_decay=0.1, fused=True), dtype,
+    hf_step = make_step(peer_forward, peer_loss,
+                        torch.optim.AdamW(peer.parameters(), lr=1e-4, weight_decay=0.1, fused=True), dtype,
                         args.hf_compile)
     times: dict[str, list[float]] = {"ours": [], "hf": []}
     peaks: list[float] = []
@@ -91,6 +120,7 @@ def run_dtype(dtype: str, args, x, y) -> dict:
             "gflop_s": round(tok_s * flops / 1e9, 1), "hf_gflop_s": round(hf_tok_s * flops / 1e9, 1),
             "peak_gflops": round(statistics.median(peaks), 1), "peak_gflops_max": round(max(peaks), 1),
             "mfu": round(statistics.median(mfus), 4), "hf_mfu": round(statistics.median(hf_mfus), 4),
+            "mfu_of_measured_peak": round(statistics.median(mfus), 4),
             "mfu_vs_max_peak": round(tok_s * flops / (max(peaks) * 1e9), 4)}
 
 
@@ -107,14 +137,19 @@ def main() -> None:
                     help="our attention: torch's SDPA, or our math (under --compile inductor fuses it)")
     ap.add_argument("--ours-ref", action="store_true", help="our from-scratch attention, loss and AdamW")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--peer", choices=["hf", "nanogpt"], default="hf",
+                    help="hf: LlamaForCausalLM at llama-small; nanogpt: nanoGPT's GPT vs our GPT-2 architecture "
+                         "(the hf_* fields then hold the peer's numbers)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 8192, (args.batch_size, args.seq_len + 1), generator=g)
-    x, y = ids[:, :-1], ids[:, 1:]
+    x, y = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
     results = [run_dtype(d, args, x, y) for d in args.dtypes.split(",")]
-    print(json.dumps({"benchmark": "train_step", "shape": "llama-small vocab 8192 L6 D384 H6/2 d_ff 1024",
+    shape = ("llama-small vocab 8192 L6 D384 H6/2 d_ff 1024" if args.peer == "hf"
+             else "gpt2 vocab 8192 L6 D384 H6 d_ff 1536 (nanoGPT's GPT, bias=True)")
+    print(json.dumps({"benchmark": "train_step", "peer": args.peer, "shape": shape,
                       "batch": [args.batch_size, args.seq_len], "threads": torch.get_num_threads(),
                       "compile": args.compile, "hf_compile": args.hf_compile, "attn": args.attn, "ours_reference_path": args.ours_ref, "results": results}))
 

@@ -120,18 +120,20 @@ def configure_logging(access_log: bool) -> None:
 
 def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000, model_name: str | None = None,
                device: str = "cpu", shutdown_timeout: float = 10.0, access_log: bool = True,
-               options: ServeOptions | None = None, dtype: torch.dtype | None = None) -> None:
+               options: ServeOptions | None = None, dtype: torch.dtype | None = None,
+               attn_impl: str = "sdpa") -> None:
     """Serve the model at `checkpoint` (a scratchlm or HF model dir, or a .gguf file) until stopped; dtype None:
-    as stored (a GGUF on its own blocks), else a dense copy in that dtype."""
+    as stored (a GGUF on its own blocks), else a dense copy in that dtype; attn_impl: the model's attention
+    (ModelConfig.attn_impl: "sdpa" = torch's fused kernel, "reference" = our math)."""
     options = options or ServeOptions()
     checkpoint = Path(checkpoint)
     if shutdown_timeout < 0:
         raise ValueError(f"--shutdown-timeout {shutdown_timeout} must be >= 0 seconds")
     check_device(device)
-    loaded = load_pretrained(checkpoint, device=device, dtype=dtype)
+    loaded = load_pretrained(checkpoint, device=device, dtype=dtype, attn_impl=attn_impl)
     model, tokenizer = loaded.model, loaded.tokenizer
     if isinstance(options.draft_model, (str, Path)):  # `serve --draft-model PATH`: load it like the model
-        draft = load_pretrained(options.draft_model, device=device, dtype=dtype)
+        draft = load_pretrained(options.draft_model, device=device, dtype=dtype, attn_impl=attn_impl)
         check_same_tokenizer(tokenizer, draft.tokenizer, model.config.vocab_size)
         options.draft_model = draft.model
     name = model_name or default_model_name(checkpoint)

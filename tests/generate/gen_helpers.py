@@ -24,6 +24,12 @@ def small_config(variant: str) -> ModelConfig:
     return get_preset("llama-tiny", **shrink, **VARIANTS[variant])
 
 
+def window_config() -> ModelConfig:
+    """A tiny GQA llama with a 5-token sliding window (paged-KV and speculative-decoding tests)."""
+    return get_preset("llama-tiny", vocab_size=128, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=64,
+                      sliding_window=5)
+
+
 def build(config: ModelConfig, seed: int = 0, scale: float = 1.0) -> TransformerLM:
     """Random model in eval mode; `scale` > 1 sharpens the logits so greedy outputs vary (untied head)."""
     torch.manual_seed(seed)

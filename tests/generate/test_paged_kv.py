@@ -16,8 +16,7 @@ import random
 import pytest
 import torch
 
-from gen_helpers import build, small_config
-from scratchlm.config import get_preset
+from gen_helpers import build, small_config, window_config
 from scratchlm.generate.prefill import prefill
 from scratchlm.nn.paged_kv_cache import BlockPool, BlockTable, PagedKVCache, PoolExhausted
 
@@ -25,18 +24,8 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 BS = 4  # small blocks: rows cross many block boundaries
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny matmuls: one intra-op thread (two spin against each other on a busy 2-core machine, ~10x slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def window_config():
-    return get_preset("llama-tiny", vocab_size=128, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=64,
-                      sliding_window=5)
+# tiny matmuls: one intra-op thread (tests/conftest.py's fixture)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 CONFIGS = {"gqa": lambda: small_config("llama-gqa-half"), "mqa": lambda: small_config("llama-mqa"),

@@ -19,8 +19,7 @@ import itertools
 import pytest
 import torch
 
-from gen_helpers import build, small_config
-from scratchlm.config import get_preset
+from gen_helpers import build, small_config, window_config
 from scratchlm.generate import generate
 from scratchlm.generate.decode_step import fast_decoder
 from scratchlm.generate.packed_forward import packed_forward
@@ -31,17 +30,8 @@ from scratchlm.nn.softmax import softmax
 TOL = dict(rtol=1e-4, atol=1e-4)
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def window_config():
-    return get_preset("llama-tiny", vocab_size=128, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, max_seq_len=64,
-                      sliding_window=5)
+# tiny matmuls: one intra-op thread (tests/conftest.py's fixture)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.mark.parametrize("config", [lambda: small_config("llama-gqa-half"), lambda: small_config("llama-mqa"),

@@ -61,7 +61,30 @@ inline float fp16_to_f32(const uint8_t* p) {
 inline void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 
 // ---------------------------------------------------------------- 16 bytes
-#ifdef SCRATCHLM_SSE_BYTES
+#if defined(SCRATCHLM_AVX2)
+// AVX2: the 16 bytes twice, in both 128-bit halves of a __m256i (vbroadcasti128 is a plain load), so that
+// widening them to 32-bit lanes (u8_f) is in-lane vpshufb work: vpmovzxbd ymm crosses lanes and costs three
+// cycles of one shuffle pipe on Zen 3. Every byte operation acts on both copies alike.
+struct B16 {
+  __m256i v;
+};
+inline B16 load_b16(const uint8_t* p) {
+  return {_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
+}
+inline B16 shr_and(B16 b, int n, uint8_t mask) {
+  return {_mm256_and_si256(n ? _mm256_srli_epi16(b.v, n) : b.v, _mm256_set1_epi8(static_cast<char>(mask)))};
+}
+inline B16 shl_and(B16 b, int n, uint8_t mask) {
+  return {_mm256_and_si256(n ? _mm256_slli_epi16(b.v, n) : b.v, _mm256_set1_epi8(static_cast<char>(mask)))};
+}
+inline B16 bor(B16 a, B16 b) { return {_mm256_or_si256(a.v, b.v)}; }
+inline B16 bits_as_bytes(uint32_t m, uint8_t value) {
+  const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(m)),
+                                          _mm256_set_epi64x(0x0101010101010101LL, 0, 0x0101010101010101LL, 0));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  return {_mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit), _mm256_set1_epi8(static_cast<char>(value)))};
+}
+#elif defined(SCRATCHLM_SSE_BYTES)
 struct B16 {
   __m128i v;
 };
@@ -115,7 +138,9 @@ inline B16 bits_as_bytes(uint32_t m, uint8_t value) {
 
 // IQ4 indices (bytes 0..15) -> their int8 levels kvalues[q]
 inline B16 lookup_iq4(B16 q) {
-#ifdef SCRATCHLM_SSE_BYTES
+#if defined(SCRATCHLM_AVX2)
+  return {_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(KVALUES_IQ4NL))), q.v)};
+#elif defined(SCRATCHLM_SSE_BYTES)
   return {_mm_shuffle_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(KVALUES_IQ4NL)), q.v)};
 #else
   for (auto& x : q.v) x = static_cast<uint8_t>(KVALUES_IQ4NL[x & 0x0f]);
@@ -186,21 +211,33 @@ inline float vsum(VF a) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 inline void vstore(float* p, VF a) { _mm256_storeu_ps(p, a.lo), _mm256_storeu_ps(p + 8, a.hi); }
-inline __m128i high8(__m128i b) { return _mm_unpackhi_epi64(b, b); }
+// Bytes -> 32-bit lanes: B16 holds the 16 bytes in both halves, so one in-lane vpshufb per 8 lanes puts byte j
+// in the low byte (unsigned) or the top byte (signed, then an arithmetic shift) of lane j, the rest zero.
+// vpshufb controls: bytes F .. F + 7 to the 8 lanes, in the low byte of each lane (BYTES_TO_LANES) or the
+// top byte (BYTES_TO_LANES_TOP); -128 zeroes a byte
+#define SCRATCHLM_LANE(f, j) f + j, -128, -128, -128
+#define SCRATCHLM_LANE_TOP(f, j) -128, -128, -128, f + j
+#define SCRATCHLM_LANES(L, f) L(f, 0), L(f, 1), L(f, 2), L(f, 3), L(f, 4), L(f, 5), L(f, 6), L(f, 7)
+alignas(32) inline constexpr int8_t BYTES_TO_LANES[2][32] = {{SCRATCHLM_LANES(SCRATCHLM_LANE, 0)},
+                                                              {SCRATCHLM_LANES(SCRATCHLM_LANE, 8)}};
+alignas(32) inline constexpr int8_t BYTES_TO_LANES_TOP[2][32] = {{SCRATCHLM_LANES(SCRATCHLM_LANE_TOP, 0)},
+                                                                  {SCRATCHLM_LANES(SCRATCHLM_LANE_TOP, 8)}};
+#undef SCRATCHLM_LANES
+#undef SCRATCHLM_LANE_TOP
+#undef SCRATCHLM_LANE
+inline __m256i load_ctl(const int8_t* c) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(c)); }
 inline VF u8_f(B16 b) {
-  return {_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b.v)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(high8(b.v)))};
+  return {_mm256_cvtepi32_ps(_mm256_shuffle_epi8(b.v, load_ctl(BYTES_TO_LANES[0]))),
+          _mm256_cvtepi32_ps(_mm256_shuffle_epi8(b.v, load_ctl(BYTES_TO_LANES[1])))};
 }
 inline VF i8_f(B16 b) {
-  return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b.v)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(high8(b.v)))};
+  return {_mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_shuffle_epi8(b.v, load_ctl(BYTES_TO_LANES_TOP[0])), 24)),
+          _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_shuffle_epi8(b.v, load_ctl(BYTES_TO_LANES_TOP[1])), 24))};
 }
 inline VF nib_lo_f(B16 b) { return u8_f(shr_and(b, 0, 0x0f)); }
 inline VF nib_hi_f(B16 b) { return u8_f(shr_and(b, 4, 0x0f)); }
-inline VF iq4_lo_f(B16 b) {
-  return i8_f({_mm_shuffle_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(KVALUES_IQ4NL)), shr_and(b, 0, 0x0f).v)});
-}
-inline VF iq4_hi_f(B16 b) {
-  return i8_f({_mm_shuffle_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(KVALUES_IQ4NL)), shr_and(b, 4, 0x0f).v)});
-}
+inline VF iq4_lo_f(B16 b) { return i8_f(lookup_iq4(shr_and(b, 0, 0x0f))); }
+inline VF iq4_hi_f(B16 b) { return i8_f(lookup_iq4(shr_and(b, 4, 0x0f))); }
 inline VF f16_f(const uint8_t* p) {
   return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
           _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};

@@ -39,7 +39,12 @@ struct VI8 {
 inline VF8 vcvt8(VI8 a) { return {_mm256_cvtepi32_ps(a.v)}; }
 template <bool SIGNED_W>
 inline VI8 idot(B16 lo, B16 hi, const int8_t* x) {
-  const __m256i w = _mm256_set_m128i(hi.v, lo.v), xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+#if defined(SCRATCHLM_AVX2)
+  const __m256i w = _mm256_blend_epi32(lo.v, hi.v, 0xf0);  // B16 holds its bytes in both halves (simd.h)
+#else
+  const __m256i w = _mm256_set_m128i(hi.v, lo.v);
+#endif
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
   if constexpr (SIGNED_W) return {idot_raw(_mm256_abs_epi8(w), _mm256_sign_epi8(xv, w))};  // |w| . (x sign(w))
   return {idot_raw(w, xv)};
 }

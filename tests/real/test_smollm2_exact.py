@@ -11,6 +11,7 @@ from scratchlm.quant.dequantize import dequantize
 
 pytestmark = pytest.mark.slow
 N_NEW = 128
+N_REFERENCE = 48  # the reference forward ("model" decode, ~4x slower per token) is compared on a greedy prefix
 
 
 def test_weights_are_transformers_weights_and_blocks_match(smollm2_model, hf_smollm2):
@@ -35,11 +36,11 @@ def test_greedy_128_tokens_equal_transformers(smollm2_model, smollm2, hf_smollm2
                            attention_mask=torch.ones(1, len(prompt), dtype=torch.long), pad_token_id=2)
     want = want[0, len(prompt):].tolist()
     assert len(want) == N_NEW
-    for decode in ("model", "fast"):
-        got = generate(smollm2_model, [prompt], N_NEW, decode=decode)[0]
-        assert got == want, decode
+    # greedy: the first n tokens of a longer run are the n-token run, so a prefix of `want` is the reference
+    assert generate(smollm2_model, [prompt], N_NEW, decode="fast")[0] == want
+    assert generate(smollm2_model, [prompt], N_REFERENCE, decode="model")[0] == want[:N_REFERENCE]
     # the default load: the model on the file's own blocks, decoded by the default ("auto" = fast-gguf) step
     blocks = smollm2.model
     assert blocks.model.layers[0].self_attn.q_proj.ggml_type == "Q4_1" and not hasattr(blocks, "quantized_weights")
-    for decode in ("auto", "model"):
-        assert generate(blocks, [prompt], N_NEW, decode=decode)[0] == want, decode
+    assert generate(blocks, [prompt], N_NEW, decode="auto")[0] == want
+    assert generate(blocks, [prompt], N_REFERENCE, decode="model")[0] == want[:N_REFERENCE]

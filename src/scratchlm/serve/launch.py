@@ -31,6 +31,7 @@ from scratchlm.serve.server import create_app
 from scratchlm.serve.state import ServeOptions, ServerState
 
 FLUSH_GRACE_S = 3.0  # after the shutdown timeout: time for the error chunks to reach the clients
+GIL_SWITCH_S = 0.0005  # sys.setswitchinterval while serving (Python's default 0.005)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -150,6 +151,9 @@ def run_server(checkpoint: str | Path, host: str = "127.0.0.1", port: int = 8000
     shown = f"[{host}]" if ":" in host else host
     print(f"scratchlm serve: serving '{name}' on http://{shown}:{sock.getsockname()[1]}  (chat page: /, API: /v1)",
           flush=True)
+    # the scheduler thread runs a step with the GIL released (kernels, torch ops) while the event loop streams;
+    # when the step returns it waits for the loop to hand the GIL back, by default up to 5 ms per token
+    sys.setswitchinterval(GIL_SWITCH_S)
     config = uvicorn.Config(app, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=shutdown_timeout + FLUSH_GRACE_S)
     GracefulServer(config, app.state.serve, shutdown_timeout).run(sockets=[sock])

@@ -115,22 +115,25 @@ std::string simd() {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear_blocks", &linear_blocks, "x (B, K) fp32 @ W^T -> (B, N), W (N, K) as bytes in a format code");
-  m.def("dequantize", &dequantize, "block bytes (N rows of K values) in a format code -> fp32 (N, K), the kernels' widening");
-  m.def("linear_f32", &linear_f32, "x (B, K) fp32 @ W (N, K) fp32 ^T -> (B, N)");
-  m.def("linear_bf16", &linear_bf16, "x (B, K) fp32 @ W (N, K) bf16 ^T -> (B, N)");
+  // The kernels touch no Python object: they release the GIL, so a server's event loop streams the last token
+  // while the next step runs (and waits no GIL switch interval for the step to hand it back).
+  using nogil = pybind11::call_guard<pybind11::gil_scoped_release>;
+  m.def("linear_blocks", &linear_blocks, nogil(), "x (B, K) fp32 @ W^T -> (B, N), W (N, K) as bytes in a format code");
+  m.def("dequantize", &dequantize, nogil(), "block bytes (N rows of K values) in a format code -> fp32 (N, K), the kernels' widening");
+  m.def("linear_f32", &linear_f32, nogil(), "x (B, K) fp32 @ W (N, K) fp32 ^T -> (B, N)");
+  m.def("linear_bf16", &linear_bf16, nogil(), "x (B, K) fp32 @ W (N, K) bf16 ^T -> (B, N)");
   m.def("has_avx512", &has_avx512, "built with the AVX-512 inner loops");
   m.def("simd", &simd, "the inner loops' instruction set: avx512, avx2 or portable");
   m.def("has_vnni", &has_vnni, "the A8 (8-bit activation) kernels use AVX512-VNNI");
-  m.def("quantize_act", &quantize_act, "x (B, K) fp32 -> (q int8, d fp32 per 32-block)");
-  m.def("quantize_act_blocks", &quantize_act_blocks, "x (B, K) fp32, qk -> (q int8, d fp32 per qk values): A8 row rounding");
+  m.def("quantize_act", &quantize_act, nogil(), "x (B, K) fp32 -> (q int8, d fp32 per 32-block)");
+  m.def("quantize_act_blocks", &quantize_act_blocks, nogil(), "x (B, K) fp32, qk -> (q int8, d fp32 per qk values): A8 row rounding");
   pybind11::class_<scratchlm::Linear>(m, "Linear")
       .def(pybind11::init<std::vector<int>, std::vector<torch::Tensor>, std::vector<int64_t>, int64_t,
                           std::optional<torch::Tensor>, std::optional<torch::Tensor>, std::optional<torch::Tensor>>())
-      .def("forward", &scratchlm::Linear::forward, "x (B, K) fp32 -> (B, N) fp32");
+      .def("forward", &scratchlm::Linear::forward, nogil(), "x (B, K) fp32 -> (B, N) fp32");
   pybind11::class_<scratchlm::LlamaStep>(m, "LlamaStep")
       .def(pybind11::init<torch::Tensor, int64_t, int64_t, torch::Tensor, torch::Tensor, int64_t, int64_t, int64_t,
                           double, bool, std::vector<std::vector<scratchlm::Linear>>, scratchlm::Linear,
                           std::vector<int64_t>>())
-      .def("step", &scratchlm::LlamaStep::step);
+      .def("step", &scratchlm::LlamaStep::step, nogil());
 }

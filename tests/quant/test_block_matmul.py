@@ -63,7 +63,7 @@ def test_gradient_reaches_x_and_bias_only(monkeypatch):
 
 
 @pytest.mark.parametrize("type_name", ["Q4_K", "Q8_0", "Q4_1"])
-@pytest.mark.parametrize("rows", [1, 3, 20])
+@pytest.mark.parametrize("rows", [1, 3, 20, 40])
 def test_block_linear_equals_linear(type_name, rows):
     """Few rows run the C++ kernel where it reads the type, more rows the tiled product: both equal
     F.linear on the dequantized matrix (the kernel to fp32 summation order)."""
@@ -74,6 +74,24 @@ def test_block_linear_equals_linear(type_name, rows):
     assert close(lin(x), F.linear(x, w, bias))
     assert torch.equal(lin.weight, w) and lin.out_features == 64 and lin.in_features == 256
     assert [n for n, _ in lin.named_parameters()] == ["bias"]  # W is data, not a parameter
+
+
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q5_0"])
+def test_tiles_widened_into_the_reused_scratch_equal_linear(type_name, monkeypatch):
+    """More rows than the kernel takes: the C++ widening writes every tile into one per-thread scratch buffer;
+    products of two matrices in turn, several tiles each, forward and the input gradient, equal F.linear."""
+    monkeypatch.setattr(block_matmul, "TILE_BYTES", 256 * 4 * 7)  # 7 rows per tile
+    monkeypatch.setattr(block_matmul._SCRATCH, "tile", None, raising=False)
+    (b1, w1), (b2, w2) = llama_cpp_blocks(type_name, 48, 256, seed=3), llama_cpp_blocks(type_name, 40, 256, seed=4)
+    l1, l2 = BlockLinear(b1), BlockLinear(b2)
+    x = torch.randn(2, 30, 256, requires_grad=True)
+    y = l2(l1(x)[..., :32].repeat(1, 1, 8))  # (2, 30, 40): the second product overwrites the first's tiles
+    x2 = x.detach().clone().requires_grad_()
+    want = F.linear(F.linear(x2, w1)[..., :32].repeat(1, 1, 8), w2)
+    assert close(y, want)
+    y.square().sum().backward()
+    want.square().sum().backward()
+    assert close(x.grad, x2.grad)
 
 
 def test_block_embedding_equals_embedding():

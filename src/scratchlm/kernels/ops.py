@@ -63,11 +63,12 @@ def linear_blocks(mod: ModuleType, x: torch.Tensor, blocks: GGMLBlocks, a8: bool
     return mod.linear_blocks(x, blocks.data, n, k, code(blocks.ggml_type, a8))
 
 
-def dequantize(mod: ModuleType, blocks: GGMLBlocks) -> torch.Tensor:
-    """The (N, K) fp32 values the kernels multiply by (their own widening of the blocks; block types only)."""
+def dequantize(mod: ModuleType, blocks: GGMLBlocks, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The (N, K) fp32 values the kernels multiply by (their own widening of the blocks; block types only),
+    written into out (contiguous fp32, N * K values) when given."""
     check_fits(blocks)
     n, k = blocks.shape
-    return mod.dequantize(blocks.data, n, k, FORMAT_CODES[blocks.ggml_type])
+    return mod.dequantize(blocks.data, n, k, FORMAT_CODES[blocks.ggml_type], out)
 
 
 def block_linear(mod: ModuleType, parts: tuple[GGMLBlocks, ...] | list[GGMLBlocks],

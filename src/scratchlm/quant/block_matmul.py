@@ -9,22 +9,26 @@ which is exactly F.linear(x, dequantize(W)) (the same dot products, each in one 
 transient of one tile instead of the whole fp32 matrix. The backward pass (for LoRA adapters trained
 on a frozen quantized base, QLoRA-style) needs only dL/dx = dL/dy @ W, computed the same way, tile by
 tile; W itself gets no gradient. Shapes: x (..., K) -> y (..., N).
-`widen(blocks) -> fp32 (rows, K)` turns a tile's blocks into values: quant/dequantize.py by default; a
+`widen(blocks, out) -> fp32 (rows, K)` turns a tile's blocks into values: quant/dequantize.py by default; a
 caller may pass a faster widening that gives the same values bit for bit (the C++ kernels' `dequantize`,
-nn/block_linear.py).
+nn/block_linear.py), which writes them into `out`, one scratch tile per thread reused by every product: a
+fresh tensor of tens of MB costs more in page faults than widening into it (64 MB: ~37 ms of first touches
+against ~6 ms to write a warm buffer, 2-core VM).
 """
 
 from __future__ import annotations
 
-import torch
-
+import threading
 from typing import Callable
+
+import torch
 
 from scratchlm.quant.blocks import GGMLBlocks
 from scratchlm.quant.dequantize import dequantize
 
-TILE_BYTES = 16 << 20  # fp32 bytes of one dequantized row tile (16 MiB)
-Widen = Callable[[GGMLBlocks], torch.Tensor]  # blocks -> their fp32 values (rows, K)
+TILE_BYTES = 4 << 20  # fp32 bytes of one dequantized row tile (4 MiB: measured best of 0.25-16 MiB)
+Widen = Callable[[GGMLBlocks, "torch.Tensor | None"], torch.Tensor]  # (blocks, out) -> their fp32 values (rows, K)
+_SCRATCH = threading.local()  # .tile: this thread's fp32 scratch for widened tiles
 
 
 def tile_rows(blocks: GGMLBlocks) -> int:
@@ -37,12 +41,23 @@ def widen_reference(blocks: GGMLBlocks) -> torch.Tensor:
     return dequantize(blocks.data, blocks.ggml_type, blocks.shape)
 
 
+def scratch_tile(rows: int, k: int) -> torch.Tensor:
+    """This thread's reusable fp32 CPU scratch viewed as (rows, K); valid until the thread's next call."""
+    buf = getattr(_SCRATCH, "tile", None)
+    if buf is None or buf.numel() < rows * k:
+        buf = _SCRATCH.tile = torch.empty(max(rows * k, TILE_BYTES // 4), dtype=torch.float32)
+    return buf[: rows * k].view(rows, k)
+
+
 def dequantize_rows(blocks: GGMLBlocks, start: int = 0, end: int | None = None,
-                    widen: Widen | None = None) -> torch.Tensor:
-    """Rows [start, end) of W as fp32 (end - start, K)."""
+                    widen: Widen | None = None, scratch: bool = False) -> torch.Tensor:
+    """Rows [start, end) of W as fp32 (end - start, K); scratch: widen into this thread's scratch tile (the
+    result is overwritten by the next scratch widening: use it at once)."""
     end = blocks.shape[0] if end is None else end
     rows = GGMLBlocks(blocks.ggml_type, blocks.data[start:end], (end - start, blocks.shape[1]))
-    return (widen or widen_reference)(rows)
+    if widen is None:
+        return widen_reference(rows)
+    return widen(rows, scratch_tile(*rows.shape) if scratch and blocks.data.device.type == "cpu" else None)
 
 
 def matmul_t(x: torch.Tensor, blocks: GGMLBlocks, widen: Widen | None = None) -> torch.Tensor:
@@ -52,11 +67,11 @@ def matmul_t(x: torch.Tensor, blocks: GGMLBlocks, widen: Widen | None = None) ->
         raise ValueError(f"x has {x.shape[-1]} features, the block matrix takes K = {k}")
     rows = tile_rows(blocks)
     if rows >= n:
-        return x @ dequantize_rows(blocks, widen=widen).to(x.dtype).t()
+        return x @ dequantize_rows(blocks, widen=widen, scratch=True).to(x.dtype).t()
     out = x.new_empty(*x.shape[:-1], n)
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
-        out[..., r0:r1] = x @ dequantize_rows(blocks, r0, r1, widen).to(x.dtype).t()  # (..., r1 - r0)
+        out[..., r0:r1] = x @ dequantize_rows(blocks, r0, r1, widen, scratch=True).to(x.dtype).t()  # (..., r1 - r0)
     return out
 
 
@@ -65,11 +80,11 @@ def matmul(g: torch.Tensor, blocks: GGMLBlocks, widen: Widen | None = None) -> t
     n, k = blocks.shape
     rows = tile_rows(blocks)
     if rows >= n:
-        return g @ dequantize_rows(blocks, widen=widen).to(g.dtype)
+        return g @ dequantize_rows(blocks, widen=widen, scratch=True).to(g.dtype)
     out = None
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
-        part = g[..., r0:r1] @ dequantize_rows(blocks, r0, r1, widen).to(g.dtype)  # (..., K)
+        part = g[..., r0:r1] @ dequantize_rows(blocks, r0, r1, widen, scratch=True).to(g.dtype)  # (..., K)
         out = part if out is None else out.add_(part)
     return out
 

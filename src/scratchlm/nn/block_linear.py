@@ -4,9 +4,9 @@ W (out, in) is GGMLBlocks [firm layout: rows are output features, as Linear.weig
 the matrix is kept. The reference path dequantizes a tile of rows at a time (quant/block_matmul.py:
 the same function as F.linear(x, dequantize(W)), with a bounded transient); the fast path, for up to
 KERNEL_MAX_ROWS rows of fp32 activations on the CPU (decoding, short prompts), is the C++ kernel that
-widens each block to fp32 in registers (kernels/, exact: tested equal up to fp32 summation order). W is data, not a parameter: a
-model of BlockLinears trains only what is added on top (LoRA adapters, QLoRA-style); gradients flow
-to x through the same tiles.
+widens each block to fp32 in registers (kernels/, exact: tested equal up to fp32 summation order).
+W is data, not a parameter: a model of BlockLinears trains only what is added on top (LoRA adapters,
+QLoRA-style); gradients flow to x through the same tiles.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The bridge between one HTTP request (asyncio) and its sequences in the scheduler (a thread).
 
 The scheduler thread calls the sink, which appends the event to the run's inbox; only an append to an
-empty inbox wakes the request's event loop (call_soon_threadsafe), so one decode step costs each request
-one wake-up however many of its choices produced text. The handler awaits `events()`. Closing the run
+empty inbox wakes the request's event loop (call_soon_threadsafe, handed over by the scheduler right before
+it runs the model), so one decode step costs each request one wake-up however many of its choices produced text. The handler awaits `events()`. Closing the run
 (client gone, or the handler finished early) cancels whatever is still generating, which frees those
 batch rows. A full scheduler queue is a 429 with Retry-After.
 """
@@ -57,11 +57,8 @@ class RequestRun:
         with self._lock:
             self._inbox.append(event)
             first = len(self._inbox) == 1
-        if first:
-            try:
-                self.loop.call_soon_threadsafe(self._wake.set)
-            except RuntimeError:  # the request's event loop is closed: nobody listens; never break the scheduler
-                pass
+        if first:  # deferred by the scheduler to its next GIL-free moment (serve/scheduler_thread.py)
+            self.scheduler.wake(self.loop, self._wake.set)
 
     def start(self) -> None:
         try:

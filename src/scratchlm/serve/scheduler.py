@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from scratchlm.generate.decode_step import DECODE_MODES, make_decode_step
+from scratchlm.generate.decode_step import DECODE_MODES, DecodeStep, make_decode_step
 from scratchlm.generate.prefill import PREFILL_MODES
 from scratchlm.model import TransformerLM
 from scratchlm.nn.paged_kv_cache import BlockTable, PoolExhausted
@@ -82,10 +82,10 @@ class Scheduler(SchedulerThread):
         if speculation is not None:  # drafts verified over the block tables (serve/speculation.py)
             self.rows_impl = SpeculativeRows(self.model, self.space, speculation, decode, self.context, kv_blocks)
         elif decode == "model":
-            self.rows_impl = PagedRows(self.space, make_decode_step(self.model, decode))
+            self.rows_impl = PagedRows(self.space, self._flushing(make_decode_step(self.model, decode)))
         else:
-            self.rows_impl = StagedRows(self.model, self.space, make_decode_step(self.model, decode), max_batch,
-                                        self.context)
+            self.rows_impl = StagedRows(self.model, self.space, self._flushing(make_decode_step(self.model, decode)),
+                                        max_batch, self.context)
         self.device = self.space.pool.k.device
         self.pad_id = pad_id
         self.rows: list[Sequence] = []  # rows[i] is the sequence in batch row i
@@ -223,12 +223,20 @@ class Scheduler(SchedulerThread):
                 self._retire(s)
         self._admit()
         if self.joiners:
+            self.flush_wakes()  # the event loops stream while the model runs (serve/scheduler_thread.py)
             self._prefill()
         if self.rows:
             self._make_room()
         if self.rows:
             self._decode()
         self._update_stats()
+
+    def _flushing(self, step: DecodeStep) -> DecodeStep:
+        """step, handing the deferred wake-ups to the event loops first (they stream while it computes)."""
+        def run(*args: Any) -> torch.Tensor:
+            self.flush_wakes()
+            return step(*args)
+        return run
 
     def _make_room(self, needs: dict[int, int] | None = None) -> None:
         """Room in every row's table for its next token (needs[id(seq)] tokens with drafts); preempt the newest
@@ -268,6 +276,7 @@ class Scheduler(SchedulerThread):
 
     def _decode_speculative(self) -> None:
         """Draft, make room for the drafts, verify them all in one forward, push what each row emits."""
+        self.flush_wakes()
         drafts = dict(zip(map(id, self.rows), self.rows_impl.drafts(self.rows)))
         self._make_room({key: 1 + len(d) for key, (d, _) in drafts.items()})
         if not self.rows:

@@ -4,16 +4,25 @@ runs `step()` while there is work. The step itself is serve/scheduler.py's.
 The waiting queue is bounded (`max_queue` sequences beyond the free batch seats): `submit` raises QueueFull
 past it (the server answers 429). `abort(message)` fails every sequence at the next step boundary (graceful
 shutdown); an exception inside a step fails the affected sequences and the loop goes on.
+
+Waking a request's event loop is deferred (`wake`): an event loop woken in the middle of a step's Python
+work asks for the GIL the scheduler holds, and the scheduler then waits ~0.5 ms (the switch interval) per
+token for it back. The scheduler hands the wake-ups over (`flush_wakes`) right before it runs the model
+(the kernels and torch ops release the GIL, so the loop streams while the step computes) and whenever it
+goes idle.
 """
 
 from __future__ import annotations
 
 import logging
+import asyncio
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from scratchlm.serve.omp_team import release_openmp_team
 from scratchlm.serve.sequence import Sequence
 
 log = logging.getLogger("scratchlm.serve")
@@ -61,6 +70,7 @@ class SchedulerThread:
         self._running = False
         self._abort: str | None = None
         self._thread: threading.Thread | None = None
+        self._wakes: list[tuple[asyncio.AbstractEventLoop, Callable[[], object]]] = []  # scheduler thread only
 
     # ---- called from other threads -------------------------------------------------------------
     def start(self) -> None:
@@ -68,6 +78,9 @@ class SchedulerThread:
             if self._running:
                 return
             self._running = True
+        # the caller (the event loop's thread, which loaded the model) hands back its OpenMP workers: with two
+        # pools on the machine's cores libgomp stops spinning and every parallel region of a step sleeps/wakes
+        release_openmp_team()
         self._thread = threading.Thread(target=self._loop, name="scratchlm-scheduler", daemon=True)
         self._thread.start()
 
@@ -110,9 +123,24 @@ class SchedulerThread:
             recent = [n for t, n in self.recent if t >= now - window]
         return sum(recent) / window
 
+    def wake(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> None:
+        """Run callback on loop: at the scheduler's next flush when called on the scheduler thread, else now."""
+        if threading.current_thread() is self._thread:
+            self._wakes.append((loop, callback))
+        else:
+            _call_soon(loop, callback)
+
     # ---- the scheduler thread -------------------------------------------------------------------
+    def flush_wakes(self) -> None:
+        """Hand the deferred wake-ups to their event loops (before the model runs, and when going idle)."""
+        wakes, self._wakes = self._wakes, []
+        for loop, callback in wakes:
+            _call_soon(loop, callback)
+
     def _loop(self) -> None:
         while True:
+            if not self.busy():  # going idle: no model call will hand the wake-ups over
+                self.flush_wakes()
             with self._cond:
                 while self._running and not self.busy() and self._abort is None:
                     self._cond.wait()
@@ -128,3 +156,10 @@ class SchedulerThread:
                 log.exception("scheduler step failed; failing the running and waiting sequences")
                 self._fail_all(f"internal error in the scheduler ({type(exc).__name__}); see the server log")
 
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> None:
+    try:
+        loop.call_soon_threadsafe(callback)
+    except RuntimeError:  # the request's event loop is closed: nobody listens; never break the scheduler
+        pass

@@ -230,3 +230,29 @@ def test_speculation_leaves_constrained_and_logprobs_rows_to_the_usual_choice():
         drain(sched)
         outputs.append([s.tokens for s in rows + [constrained, scored]])
     assert outputs[0] == outputs[1]
+
+
+@pytest.mark.parametrize("window", [None, 6])
+def test_lone_short_chunks_run_the_decode_steps_cpp_chunk(window):
+    """With decode "fast" (a C++ step), a lone prompt chunk of at most CHUNK_MAX_ROWS tokens goes through
+    FastDecoder.chunk (serve/joining.py); its last logits equal the full forward's, and the greedy tokens equal
+    those of the reference scheduler (decode "model", prefill through the forward)."""
+    model = model_of(window)
+    fast = Scheduler(model, max_batch=2, decode="fast", prefill_chunk=16)
+    ref = Scheduler(model, max_batch=2, decode="model", prefill_chunk=16)
+    assert ref.chunk_decoder is None and fast.chunk_decoder is not None
+    seen = []
+    chunk = fast.chunk_decoder.chunk
+    fast.chunk_decoder.chunk = lambda *a: seen.append((a[0].shape[1], chunk(*a))) or seen[-1][1]
+    prompt = torch.randint(0, 256, (20,), generator=torch.Generator().manual_seed(5)).tolist()
+    outs = []
+    for sched in (fast, ref):
+        seq = make(prompt, 12)
+        sched.submit([seq])
+        drain(sched)
+        outs.append(seq.tokens)
+        assert sched.space.pool.used == 0
+    assert [n for n, _ in seen] == [16, 4]  # two chunks of the 20-token prompt, each through the C++ chunk
+    with torch.no_grad():
+        torch.testing.assert_close(seen[-1][1][0], model(torch.tensor([prompt]))[0, -1], **TOL)
+    assert outs[0] == outs[1]

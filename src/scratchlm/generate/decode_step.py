@@ -113,6 +113,21 @@ def resolve_decode(model: TransformerLM, mode: str) -> str:
     return "fast-gguf" if on_blocks(model) else "fast"
 
 
+EXACT_FAST_MODES = ("fast", "fast-gguf")  # the model's own weights (packed, or the file's blocks): same function
+
+
+def chunk_decoder(model: TransformerLM, mode: str) -> FastDecoder | None:
+    """The FastDecoder of an exact decode `mode` when its whole step runs in C++ (it then also runs a few prompt
+    tokens per call: FastDecoder.chunk), else None; the same packed object the mode's decode step uses (no
+    copy). Approximate modes (bf16, int8, A8, re-quantized blocks) get None: their prompt runs through the
+    model's own weights."""
+    mode = resolve_decode(model, mode) if mode in DECODE_MODES else mode
+    if mode not in EXACT_FAST_MODES or not supports(model.config):
+        return None
+    dec = fast_decoder(model, FAST_MODES[mode])
+    return dec if dec.native is not None else None
+
+
 def make_decode_step(model: TransformerLM, mode: str = "model", batch_size: int | None = None) -> DecodeStep:
     """The step function bound to `model` for a DECODE_MODES mode (ValueError on an unknown one; "auto"
     picks the fastest exact one, see resolve_decode).

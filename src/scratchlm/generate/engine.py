@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from scratchlm.generate.batching import check_prompts, left_pad
-from scratchlm.generate.decode_step import make_decode_step
+from scratchlm.generate.decode_step import chunk_decoder, make_decode_step
 from scratchlm.generate.prefill import prefill as run_prefill
 from scratchlm.generate.prefill import recompute, rope_switch_length
 from scratchlm.generate.sampling import SamplingParams, choose_next_token, make_generator, token_counts
@@ -85,7 +85,8 @@ def iter_decode(
     counts = token_counts(batch.ids, model.config.vocab_size, batch.valid) if params.uses_counts else None
     generator = make_generator(seed, device)
     prefill_mask = None if key_mask is None else key_mask[:, :p]
-    logits = run_prefill(model, batch.ids, batch.positions, prefill_mask, cache, prefill)  # (B, V)
+    logits = run_prefill(model, batch.ids, batch.positions, prefill_mask, cache, prefill,
+                         decoder=chunk_decoder(model, decode))  # (B, V); a short prompt: the C++ chunk
     positions = batch.lengths[:, None].clone()  # (B, 1) position of the next token
     switch = rope_switch_length(model)  # longrope: recompute the cache once the sequence passes L0
     history = [batch.ids] if switch is not None and p < switch else None  # (B, P) + each new (B, 1)

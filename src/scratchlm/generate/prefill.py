@@ -10,6 +10,12 @@
              bound the logit error, benchmarks/real_decode.py reports greedy agreement with HF fp32.
 Only an fp32 model on CPU has a "bf16" prefill to gain; other models take the "model" path.
 
+A short prompt (at most CHUNK_MAX_ROWS tokens in all rows) whose decode step runs in C++ (FastDecoder.native)
+goes through that step's `chunk` instead of the model's forward in "model" mode: the same function (its
+kernels are the ones the forward uses for so few rows) without ~30 torch ops per layer; a server's
+prefix-cache hit leaves a handful of new prompt tokens, where that dispatch was most of the time to the
+first token.
+
 longrope (Phi-3.5, Phi-4-mini) rotates with its short factors while the sequence is at most L0 =
 original_max_position_embeddings long and with its long factors beyond. Keys cached below L0 carry the
 short rotation, so at the step where the sequence reaches L0 + 1 tokens (`rope_switch_length`) the engine
@@ -25,11 +31,14 @@ import weakref
 
 import torch
 
+from scratchlm.generate.fast_decode import FastDecoder
 from scratchlm.model import TransformerLM
+from scratchlm.nn.block_linear import KERNEL_MAX_ROWS
 from scratchlm.nn.kv_cache import KVCache
 from scratchlm.nn.paged_kv_cache import PagedKVCache
 
 PREFILL_MODES = ("model", "bf16")
+CHUNK_MAX_ROWS = KERNEL_MAX_ROWS  # prompt tokens the C++ chunk takes (row passes); beyond, tiled GEMMs win
 
 
 @functools.cache
@@ -51,11 +60,26 @@ def bf16_copy(model: TransformerLM) -> TransformerLM:
     return hit[1]
 
 
+def chunk_fits(decoder: FastDecoder | None, ids: torch.Tensor, mask: torch.Tensor | None, cache: KVCache,
+               mode: str) -> bool:
+    """True when the C++ chunk runs this prefill: a decoder with a native step, the "model" mode, a contiguous
+    fp32 cache, at most CHUNK_MAX_ROWS prompt tokens in all, and no mask or a (B, S + P) key mask."""
+    if decoder is None or decoder.native is None or mode != "model" or type(cache) is not KVCache:
+        return False
+    b, p = ids.shape
+    key_mask_ok = mask is None or (mask.dtype == torch.bool and tuple(mask.shape) == (b, cache.seq_len + p))
+    return b * p <= CHUNK_MAX_ROWS and key_mask_ok and cache.k.dtype == torch.float32
+
+
 def prefill(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
-            cache: KVCache, mode: str = "model") -> torch.Tensor:
-    """Run the prompt ids (B, P) into cache slots [s, s + P); returns the last position's logits (B, V)."""
+            cache: KVCache, mode: str = "model", decoder: FastDecoder | None = None) -> torch.Tensor:
+    """Run the prompt ids (B, P) into cache slots [s, s + P); returns the last position's logits (B, V).
+    decoder: the decode step's FastDecoder (generate.decode_step.chunk_decoder); a short prompt then runs
+    through its C++ chunk (the same function, without ~1 ms of torch dispatch per layer)."""
     if mode not in PREFILL_MODES:
         raise ValueError(f"unknown prefill mode {mode!r}; valid: {PREFILL_MODES}")
+    if chunk_fits(decoder, ids, mask, cache, mode):
+        return decoder.chunk(ids, positions, mask, cache)
     dtype = model.dtype
     if mode == "model" or dtype != torch.float32 or model.device.type != "cpu":
         return model(ids, positions, mask, cache, logits_to_keep=1)[:, -1]

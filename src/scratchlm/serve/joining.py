@@ -10,6 +10,9 @@ the running rows keep decoding between them (chunked prefill).
               through a bf16 copy) on a PagedKVCache view of the joiners' tables: rows of different cached
               lengths and chunk sizes in one forward, each chunk right-aligned (nn/paged_kv_cache.py), in
               groups whose padding is at most PAD_WASTE of the real tokens
+    native    a lone chunk of at most CHUNK_MAX_ROWS tokens (a prefix-cache hit leaves a few) in "model" mode runs
+              through the decode step's C++ chunk when it has one (generate/fast_decode.py): the table's
+              K/V copied into a contiguous cache, the chunk's new K/V written back to the table
     scored    echo + logprobs needs the logits of every prompt position: the prompt alone, its chunks with
               logits_to_keep=0 (so the (T, V) logits stay bounded), no cache reuse
 A joiner whose last chunk ran has the logits of its last position (token 1 of every choice) and offers its
@@ -22,7 +25,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from scratchlm.generate.prefill import prefill
+from scratchlm.generate.fast_decode import FastDecoder
+from scratchlm.generate.prefill import CHUNK_MAX_ROWS, prefill
 from scratchlm.model import TransformerLM
 from scratchlm.nn.paged_kv_cache import BlockTable, PagedKVCache
 from scratchlm.serve.kv_space import KVSpace
@@ -85,6 +89,24 @@ def _run_group(model: TransformerLM, space: KVSpace, group: list[tuple[Joiner, i
             j.logits = logits[row]
 
 
+def _run_native(model: TransformerLM, space: KVSpace, decoder: FastDecoder, j: Joiner, n: int) -> None:
+    """A lone chunk of n tokens through the decode step's C++ chunk: the table's stored K/V copied into a
+    contiguous cache, the chunk run on it, its new K/V written back into the table's blocks."""
+    start, pool = j.table.length, space.pool
+    cache = model.new_kv_cache(1, max_seq_len=start + n)  # (L, 1, KvH, start + n, Hd) fp32
+    if start:
+        k, v = pool.read(j.table, 0, start)  # (L, KvH, start, Hd)
+        cache.k[:, 0, :, :start], cache.v[:, 0, :, :start] = k, v
+        cache.seq_len = start
+    dev = pool.k.device
+    ids = torch.tensor([j.ids[start : start + n]], device=dev)
+    logits = decoder.chunk(ids, torch.arange(start, start + n, device=dev)[None], None, cache)  # (1, V)
+    pool.write(j.table, start, cache.k[:, 0, :, start:], cache.v[:, 0, :, start:])
+    j.table.length = start + n
+    if j.done:
+        j.logits = logits[0]
+
+
 def _run_scored(model: TransformerLM, space: KVSpace, j: Joiner, n: int) -> None:
     """The next n prompt tokens of an echo + logprobs joiner, with the logprobs of every position."""
     start = j.table.length
@@ -99,8 +121,11 @@ def _run_scored(model: TransformerLM, space: KVSpace, j: Joiner, n: int) -> None
         j.logits = logits[-1]
 
 
-def prefill_step(model: TransformerLM, space: KVSpace, joiners: list[Joiner], budget: int, mode: str) -> None:
-    """Give the joiners, in order, at most `budget` prompt tokens of prefill this step (at least one chunk)."""
+def prefill_step(model: TransformerLM, space: KVSpace, joiners: list[Joiner], budget: int, mode: str,
+                 decoder: FastDecoder | None = None) -> None:
+    """Give the joiners, in order, at most `budget` prompt tokens of prefill this step (at least one chunk).
+    decoder: the decode step's FastDecoder with a C++ step (decode_step.chunk_decoder), which runs a lone
+    short chunk (at most CHUNK_MAX_ROWS tokens, "model" mode) without the forward's torch dispatch."""
     chunks: list[tuple[Joiner, int]] = []
     for j in joiners:
         if budget <= 0:
@@ -112,7 +137,10 @@ def prefill_step(model: TransformerLM, space: KVSpace, joiners: list[Joiner], bu
         else:
             chunks.append((j, n))
     for group in _groups(chunks):
-        _run_group(model, space, group, mode)
+        if len(group) == 1 and decoder is not None and mode == "model" and group[0][1] <= CHUNK_MAX_ROWS:
+            _run_native(model, space, decoder, *group[0])
+        else:
+            _run_group(model, space, group, mode)
     for j in joiners:
         if j.done and not j.resumed:
             space.offer(j.ids, j.table)

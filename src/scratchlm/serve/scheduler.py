@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from scratchlm.generate.decode_step import DECODE_MODES, DecodeStep, make_decode_step
+from scratchlm.generate.decode_step import DECODE_MODES, DecodeStep, chunk_decoder, make_decode_step
 from scratchlm.generate.prefill import PREFILL_MODES
 from scratchlm.model import TransformerLM
 from scratchlm.nn.paged_kv_cache import BlockTable, PoolExhausted
@@ -86,6 +86,8 @@ class Scheduler(SchedulerThread):
         else:
             self.rows_impl = StagedRows(self.model, self.space, self._flushing(make_decode_step(self.model, decode)),
                                         max_batch, self.context)
+        # the decode step's C++ object when it has one: short prompt chunks run through it (serve/joining.py)
+        self.chunk_decoder = None if speculation is not None else chunk_decoder(self.model, decode)
         self.device = self.space.pool.k.device
         self.pad_id = pad_id
         self.rows: list[Sequence] = []  # rows[i] is the sequence in batch row i
@@ -167,7 +169,7 @@ class Scheduler(SchedulerThread):
 
     def _prefill(self) -> None:
         """This step's prefill chunks; joiners whose prompt is complete enter the running rows."""
-        prefill_step(self.model, self.space, self.joiners, self.prefill_chunk, self.prefill)
+        prefill_step(self.model, self.space, self.joiners, self.prefill_chunk, self.prefill, self.chunk_decoder)
         done = [j for j in self.joiners if j.done]
         self.joiners = [j for j in self.joiners if not j.done]
         for j in done:

@@ -7,7 +7,8 @@
 //   cache[l, b, :, s] = k, v
 //   a_h = softmax_t(q_h . k_t + mask_t) v_t  over slots t <= s, KV head h / G (GQA)
 //   x = x + Wo(a);  xn = norm(x);  [g | u] = Wgu(xn);  x = x + Wdown(silu(g) * u)
-// then logits = Whead(norm(x)). Each `Linear` is y = ((x * in_scale) W^T) * out_scale + bias, exactly as
+// then logits = Whead(norm(x)). `chunk` runs C tokens per row at once (a prompt's next tokens, causal within
+// the chunk); `step` is its one-token case. Each `Linear` is y = ((x * in_scale) W^T) * out_scale + bias, exactly as
 // the PackedLinear it mirrors.
 
 #pragma once
@@ -110,28 +111,32 @@ struct LlamaStep {
     std::memcpy(v, tmp, Hd * sizeof(float));
   }
 
-  // att (B, H * Hd) = softmax(q k^T + mask) v over slots [lo, S) of layer l's cache.
-  // The caches' batch rows are `bstride` floats apart (a view of a larger slot cache is fine).
-  void attend(const float* q, const float* kc, const float* vc, const bool* mask, float* att, int64_t B, int64_t S,
-              int64_t T, int64_t lo, int64_t bstride) const {
-    const int64_t G = H / KvH;
-    at::parallel_for(0, B * H, 1, [&](int64_t i0, int64_t i1) {
-      std::vector<float> p(S);
+  // att (B * C, H * Hd) = softmax(q k^T + mask) v for every row b and chunk token c: token (b, c) attends
+  // over slots [lo_c, s + c] of layer l's cache (causal within the chunk), lo_c = s + c + 1 - W for a
+  // sliding window W (else 0); mask (B, s + C) True = a real key of row b. The caches' batch rows are
+  // `bstride` floats apart (a view of a larger slot cache is fine).
+  void attend(const float* q, const float* kc, const float* vc, const bool* mask, float* att, int64_t B, int64_t C,
+              int64_t s, int64_t T, int64_t window, int64_t bstride) const {
+    const int64_t G = H / KvH, SC = s + C;
+    at::parallel_for(0, B * C * H, 1, [&](int64_t i0, int64_t i1) {
+      std::vector<float> p(SC);
       for (int64_t i = i0; i < i1; ++i) {
-        const int64_t b = i / H, h = i % H;
-        const float* qh = q + (b * H + h) * Hd;
+        const int64_t r = i / H, h = i % H, b = r / C, c = r % C;
+        const int64_t S = s + c + 1, lo = window < 0 ? 0 : std::max<int64_t>(0, S - window);
+        const float* qh = q + (r * H + h) * Hd;
         const float* keys = kc + b * bstride + (h / G) * T * Hd;
         const float* vals = vc + b * bstride + (h / G) * T * Hd;
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t t = lo; t < S; ++t) {
           const float dot = dot_product(qh, keys + t * Hd, Hd);
-          p[t] = (mask && !mask[b * S + t]) ? -std::numeric_limits<float>::infinity() : dot;
+          p[t] = (mask && !mask[b * SC + t]) ? -std::numeric_limits<float>::infinity() : dot;
           mx = std::max(mx, p[t]);
         }
+        float* out = att + (r * H + h) * Hd;
+        std::fill(out, out + Hd, 0.f);
+        if (mx == -std::numeric_limits<float>::infinity()) continue;  // no visible key (a left pad): zeros, as sdpa
         float sum = 0.f;
         for (int64_t t = lo; t < S; ++t) sum += (p[t] = std::exp(p[t] - mx));
-        float* out = att + (b * H + h) * Hd;
-        std::fill(out, out + Hd, 0.f);
         for (int64_t t = lo; t < S; ++t) {
           const float w = p[t] / sum;
           for (int64_t j = 0; j < Hd; ++j) out[j] += w * vals[t * Hd + j];
@@ -144,66 +149,79 @@ struct LlamaStep {
   // (L, B, KvH, T_max, Hd) fp32, s = the slot to write -> logits (B, V) fp32.
   torch::Tensor step(torch::Tensor tokens, torch::Tensor positions, std::optional<torch::Tensor> key_mask,
                      torch::Tensor kcache, torch::Tensor vcache, int64_t s) const {
-    const int64_t B = tokens.size(0), L = static_cast<int64_t>(layers.size());
-    const int64_t T = kcache.size(3), S = s + 1, QKV = (H + 2 * KvH) * Hd;
+    return chunk(tokens.reshape({-1, 1}), positions.reshape({-1, 1}), key_mask, kcache, vcache, s, false);
+  }
+
+  // C tokens per row at once (a prompt's next tokens): tokens, positions (B, C) int64, key_mask (B, s + C) bool
+  // or None, caches as step's; row b's token c is written at slot s + c and attends causally (see attend)
+  // -> logits (B, V) of each row's last token, or (B * C, V) of every token when all_logits.
+  torch::Tensor chunk(torch::Tensor tokens, torch::Tensor positions, std::optional<torch::Tensor> key_mask,
+                      torch::Tensor kcache, torch::Tensor vcache, int64_t s, bool all_logits) const {
+    TORCH_CHECK(tokens.dim() == 2 && positions.sizes() == tokens.sizes(), "tokens and positions must be (B, C)");
+    const int64_t B = tokens.size(0), C = tokens.size(1), R = B * C, L = static_cast<int64_t>(layers.size());
+    const int64_t T = kcache.size(3), SC = s + C, QKV = (H + 2 * KvH) * Hd;
+    TORCH_CHECK(C >= 1, "a chunk needs at least one token per row");
     TORCH_CHECK(kcache.scalar_type() == torch::kFloat32 && vcache.scalar_type() == torch::kFloat32 &&
                     kcache.sizes() == torch::IntArrayRef({L, B, KvH, T, Hd}) && vcache.sizes() == kcache.sizes() &&
                     kcache.strides() == vcache.strides() && kcache.stride(4) == 1 && kcache.stride(3) == Hd &&
                     kcache.stride(2) == T * Hd,
                 "the KV caches must be fp32 (L, B, KvH, T_max, Hd), contiguous within a batch row");
     const int64_t lstride = kcache.stride(0), bstride = kcache.stride(1);
-    TORCH_CHECK(s < T, "KV cache overflow: slot ", s, " >= capacity ", T);
+    TORCH_CHECK(SC <= T, "KV cache overflow: slots up to ", SC - 1, " >= capacity ", T);
     torch::Tensor mask_t = key_mask.has_value() ? key_mask->to(torch::kBool).contiguous() : torch::Tensor();
-    TORCH_CHECK(!mask_t.defined() || mask_t.sizes() == torch::IntArrayRef({B, S}), "key_mask must be (B, s + 1)");
+    TORCH_CHECK(!mask_t.defined() || mask_t.sizes() == torch::IntArrayRef({B, SC}), "key_mask must be (B, s + C)");
     const bool* mask = mask_t.defined() ? mask_t.data_ptr<bool>() : nullptr;
     auto tok = tokens.to(torch::kInt64).contiguous(), pos = positions.to(torch::kInt64).contiguous();
-    const int64_t* tp = tok.data_ptr<int64_t>();
+    const int64_t* tp = tok.data_ptr<int64_t>();  // row r = b * C + c
     const int64_t* pp = pos.data_ptr<int64_t>();
-    std::vector<float> x(B * D), x2(B * D), xn(B * D), qkv(B * QKV), q(B * H * Hd), att(B * H * Hd), scratch, tmp(Hd);
-    for (int64_t b = 0; b < B; ++b) {
-      TORCH_CHECK(tp[b] >= 0 && tp[b] < V, "token id ", tp[b], " out of range");
-      TORCH_CHECK(pp[b] >= 0 && pp[b] < cos.size(0), "position ", pp[b], " beyond the RoPE table");
-      embed_row(tp[b], &x[b * D]);
+    std::vector<float> x(R * D), x2(R * D), xn(R * D), qkv(R * QKV), q(R * H * Hd), att(R * H * Hd), scratch, tmp(Hd);
+    for (int64_t r = 0; r < R; ++r) {
+      TORCH_CHECK(tp[r] >= 0 && tp[r] < V, "token id ", tp[r], " out of range");
+      TORCH_CHECK(pp[r] >= 0 && pp[r] < cos.size(0), "position ", pp[r], " beyond the RoPE table");
+      embed_row(tp[r], &x[r * D]);
     }
     float* kc = kcache.data_ptr<float>();
     float* vc = vcache.data_ptr<float>();
     for (int64_t l = 0; l < L; ++l) {
       const auto& lay = layers[l];
-      rms(x.data(), xn.data(), B, D);
-      lay[0].apply(xn.data(), qkv.data(), B, nullptr, scratch);
+      rms(x.data(), xn.data(), R, D);
+      lay[0].apply(xn.data(), qkv.data(), R, nullptr, scratch);
       const int64_t layer_off = l * lstride;
-      for (int64_t b = 0; b < B; ++b) {
-        const float* c = cos.data_ptr<float>() + pp[b] * Hd;
-        const float* sn = sin.data_ptr<float>() + pp[b] * Hd;
-        float* row = &qkv[b * QKV];
-        for (int64_t h = 0; h < H + KvH; ++h) rope(row + h * Hd, c, sn, tmp.data());
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t b = r / C, c = r % C;
+        const float* cs = cos.data_ptr<float>() + pp[r] * Hd;
+        const float* sn = sin.data_ptr<float>() + pp[r] * Hd;
+        float* row = &qkv[r * QKV];
+        for (int64_t h = 0; h < H + KvH; ++h) rope(row + h * Hd, cs, sn, tmp.data());
         for (int64_t h = 0; h < KvH; ++h) {
-          const int64_t slot = layer_off + b * bstride + (h * T + s) * Hd;
+          const int64_t slot = layer_off + b * bstride + (h * T + s + c) * Hd;
           std::memcpy(kc + slot, row + (H + h) * Hd, Hd * sizeof(float));
           std::memcpy(vc + slot, row + (H + KvH + h) * Hd, Hd * sizeof(float));
         }
-        std::memcpy(&q[b * H * Hd], row, H * Hd * sizeof(float));  // the rotated q heads
+        std::memcpy(&q[r * H * Hd], row, H * Hd * sizeof(float));  // the rotated q heads
       }
-      const int64_t lo = windows[l] < 0 ? 0 : std::max<int64_t>(0, S - windows[l]);
-      attend(q.data(), kc + layer_off, vc + layer_off, mask, att.data(), B, S, T, lo, bstride);
-      lay[1].apply(att.data(), x2.data(), B, x.data(), scratch);
+      attend(q.data(), kc + layer_off, vc + layer_off, mask, att.data(), B, C, s, T, windows[l], bstride);
+      lay[1].apply(att.data(), x2.data(), R, x.data(), scratch);
       std::swap(x, x2);
-      rms(x.data(), xn.data(), B, D);
+      rms(x.data(), xn.data(), R, D);
       const int64_t F2 = lay[2].N, F = F2 / 2;
-      std::vector<float> gu(B * F2), act(B * F);
-      lay[2].apply(xn.data(), gu.data(), B, nullptr, scratch);
-      for (int64_t b = 0; b < B; ++b) {
+      std::vector<float> gu(R * F2), act(R * F);
+      lay[2].apply(xn.data(), gu.data(), R, nullptr, scratch);
+      for (int64_t r = 0; r < R; ++r) {
         for (int64_t f = 0; f < F; ++f) {
-          const float g = gu[b * F2 + f];
-          act[b * F + f] = g / (1.0f + std::exp(-g)) * gu[b * F2 + F + f];
+          const float g = gu[r * F2 + f];
+          act[r * F + f] = g / (1.0f + std::exp(-g)) * gu[r * F2 + F + f];
         }
       }
-      lay[3].apply(act.data(), x2.data(), B, x.data(), scratch);
+      lay[3].apply(act.data(), x2.data(), R, x.data(), scratch);
       std::swap(x, x2);
     }
-    rms(x.data(), xn.data(), B, D);
-    auto logits = torch::empty({B, head.N}, cos.options());
-    head.apply(xn.data(), logits.data_ptr<float>(), B, nullptr, scratch);
+    const int64_t out_rows = all_logits ? R : B;  // the head on every token, or on each row's last one only
+    if (!all_logits && C > 1)
+      for (int64_t b = 0; b < B; ++b) std::memcpy(&x[b * D], &x[(b * C + C - 1) * D], D * sizeof(float));
+    rms(x.data(), xn.data(), out_rows, D);
+    auto logits = torch::empty({out_rows, head.N}, cos.options());
+    head.apply(xn.data(), logits.data_ptr<float>(), out_rows, nullptr, scratch);
     return logits;
   }
 };

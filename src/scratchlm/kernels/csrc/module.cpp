@@ -140,5 +140,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(pybind11::init<torch::Tensor, int64_t, int64_t, torch::Tensor, torch::Tensor, int64_t, int64_t, int64_t,
                           double, bool, std::vector<std::vector<scratchlm::Linear>>, scratchlm::Linear,
                           std::vector<int64_t>>())
-      .def("step", &scratchlm::LlamaStep::step, nogil());
+      .def("step", &scratchlm::LlamaStep::step, nogil())
+      .def("chunk", &scratchlm::LlamaStep::chunk, nogil());
 }

@@ -1,0 +1,109 @@
+"""The C++ chunk (several prompt tokens per row in one call, generate/fast_decode.py FastDecoder.chunk) == the
+model's forward of the same tokens into the same cache, and prefill() routes short prompts through it.
+
+Reference: TransformerLM.forward with a KV cache (the reference path, logits_to_keep=1) from one cache state;
+the chunk runs from a copy. Logits and every written cache slot agree to fp32 rounding (the C++ kernels sum in
+a different order than torch's GEMMs, tolerances as tests/kernels/test_native_step.py's).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scratchlm.generate.fast_decode import FastDecoder
+from scratchlm.generate.prefill import CHUNK_MAX_ROWS, prefill
+from scratchlm.kernels.build import native
+from scratchlm.quant.dequantize import dequantize_blocks
+from scratchlm.quant.quantize import quantize_blocks
+
+from test_native_step import VARIANTS, model  # noqa: E402  (tests/kernels is on sys.path under pytest)
+
+pytestmark = pytest.mark.skipif(native() is None, reason="no C++ compiler: the torch step is the only path")
+
+
+def on_blocks(m):
+    blocks = {}
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() == 2:
+                blocks[name] = quantize_blocks(p, "Q8_0" if "embed" in name else "Q4_1")
+                p.copy_(dequantize_blocks(blocks[name]))
+    m.quantized_weights = blocks
+    return m
+
+
+def copy_cache(m, cache, b):
+    twin = m.new_kv_cache(b, cache.max_seq_len)
+    twin.k.copy_(cache.k), twin.v.copy_(cache.v)
+    twin.seq_len = cache.seq_len
+    return twin
+
+
+def check(m, quant, prefix: int, c: int, b: int = 1) -> None:
+    dec = FastDecoder(m, quant=quant)
+    assert dec.native is not None
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, 96, (b, prefix + c), generator=g)
+    want_cache = m.new_kv_cache(b, 24)
+    with torch.no_grad():
+        if prefix:
+            m(ids[:, :prefix], kv_cache=want_cache)
+        got_cache = copy_cache(m, want_cache, b)
+        pos = torch.arange(prefix, prefix + c).expand(b, c)
+        want = m(ids[:, prefix:], pos, None, want_cache, logits_to_keep=1)[:, -1]
+        got = dec.chunk(ids[:, prefix:], pos, None, got_cache)
+    torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+    end = prefix + c
+    assert got_cache.seq_len == want_cache.seq_len == end
+    torch.testing.assert_close(got_cache.k[..., :end, :], want_cache.k[..., :end, :], rtol=1e-4, atol=5e-5)
+    torch.testing.assert_close(got_cache.v[..., :end, :], want_cache.v[..., :end, :], rtol=1e-4, atol=5e-5)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_chunk_equals_forward_fp32(variant: str) -> None:
+    check(model(**VARIANTS[variant]), None, prefix=5, c=7)  # the sliding variant's window (4) < the chunk
+
+
+@pytest.mark.parametrize("prefix, c, b", [(0, 9, 1), (6, 1, 1), (3, 5, 2)])
+def test_chunk_equals_forward_on_gguf_blocks(prefix: int, c: int, b: int) -> None:
+    check(on_blocks(model(n_kv_heads=2)), "gguf", prefix, c, b)
+
+
+def test_prefill_routes_short_prompts_through_the_chunk_with_left_padding() -> None:
+    """prefill(decoder=...) of a left-padded batch (the engine's key mask) equals the forward on the real
+    rows' logits and real cache slots; a prompt past CHUNK_MAX_ROWS tokens takes the forward."""
+    m = on_blocks(model(n_kv_heads=2))
+    dec = FastDecoder(m, quant="gguf")
+    calls = []
+    chunk = dec.chunk
+    dec.chunk = lambda *a: calls.append(a[0].shape) or chunk(*a)
+    ids = torch.randint(0, 96, (2, 8), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    mask[0, :3] = False  # row 0: 5 real tokens, left-padded by 3
+    pos = (torch.cumsum(mask, 1) - 1).clamp(min=0)
+    caches = [m.new_kv_cache(2, 16), m.new_kv_cache(2, 16)]
+    with torch.no_grad():
+        want = prefill(m, ids, pos, mask, caches[0])
+        got = prefill(m, ids, pos, mask, caches[1], decoder=dec)
+    assert calls == [(2, 8)]
+    assert torch.isfinite(got).all() and torch.isfinite(caches[1].k).all()
+    torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+    for row, first in ((0, 3), (1, 0)):
+        torch.testing.assert_close(caches[1].k[:, row, :, first:8], caches[0].k[:, row, :, first:8], rtol=1e-4,
+                                   atol=5e-5)
+    long_ids = torch.randint(0, 96, (1, CHUNK_MAX_ROWS + 1), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        prefill(m, long_ids, torch.arange(CHUNK_MAX_ROWS + 1)[None], None, m.new_kv_cache(1, 32), decoder=dec)
+    assert calls == [(2, 8)]  # the long prompt went through the forward's tiled GEMMs
+
+
+def test_chunk_refuses_an_overflow_and_a_decoder_without_native() -> None:
+    m = model(n_kv_heads=2)
+    dec = FastDecoder(m)
+    cache = m.new_kv_cache(1, 4)
+    with pytest.raises(ValueError, match="KV cache overflow: 5 tokens > cache capacity 4"):
+        dec.chunk(torch.zeros(1, 5, dtype=torch.long), torch.arange(5)[None], None, cache)
+    dec.native = None
+    with pytest.raises(ValueError, match="no C\\+\\+ step"):
+        dec.chunk(torch.zeros(1, 2, dtype=torch.long), torch.arange(2)[None], None, cache)

@@ -70,7 +70,7 @@ def test_chunk_equals_forward_on_gguf_blocks(prefix: int, c: int, b: int) -> Non
     check(on_blocks(model(n_kv_heads=2)), "gguf", prefix, c, b)
 
 
-def test_prefill_routes_short_prompts_through_the_chunk_with_left_padding() -> None:
+def test_prefill_routes_short_prompts_through_the_chunk_with_left_padding(monkeypatch) -> None:
     """prefill(decoder=...) of a left-padded batch (the engine's key mask) equals the forward on the real
     rows' logits and real cache slots; a prompt past CHUNK_MAX_ROWS tokens takes the forward."""
     m = on_blocks(model(n_kv_heads=2))
@@ -92,10 +92,12 @@ def test_prefill_routes_short_prompts_through_the_chunk_with_left_padding() -> N
     for row, first in ((0, 3), (1, 0)):
         torch.testing.assert_close(caches[1].k[:, row, :, first:8], caches[0].k[:, row, :, first:8], rtol=1e-4,
                                    atol=5e-5)
-    long_ids = torch.randint(0, 96, (1, CHUNK_MAX_ROWS + 1), generator=torch.Generator().manual_seed(4))
+    assert CHUNK_MAX_ROWS >= 16
+    monkeypatch.setattr("scratchlm.generate.prefill.CHUNK_MAX_ROWS", 8)  # the model's context is 48 tokens
     with torch.no_grad():
-        prefill(m, long_ids, torch.arange(CHUNK_MAX_ROWS + 1)[None], None, m.new_kv_cache(1, 32), decoder=dec)
-    assert calls == [(2, 8)]  # the long prompt went through the forward's tiled GEMMs
+        prefill(m, ids[:1, :4], torch.arange(4)[None], None, m.new_kv_cache(1, 16), decoder=dec)
+        prefill(m, ids[:, :5], torch.arange(5).expand(2, 5), None, m.new_kv_cache(2, 16), decoder=dec)
+    assert calls == [(2, 8), (1, 4)]  # 2 x 5 = 10 tokens > 8: the forward (tiled GEMMs on long prompts)
 
 
 def test_chunk_refuses_an_overflow_and_a_decoder_without_native() -> None:

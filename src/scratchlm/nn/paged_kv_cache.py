@@ -140,8 +140,8 @@ class BlockPool:
     def write_slots(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store k, v (L, n, KvH, Hd) at the flat slots (n,) (one token each, e.g. a decode step's new K/V)."""
         fk, fv = self.flat()
-        fk[:, slots] = k.to(fk.dtype)
-        fv[:, slots] = v.to(fv.dtype)
+        fk.index_copy_(1, slots, k.to(fk.dtype))  # (L, n, KvH, Hd) into slots along dim 1
+        fv.index_copy_(1, slots, v.to(fv.dtype))
 
     def write(self, table: BlockTable, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store k, v (L, KvH, n, Hd) as the table's tokens [start, start + n) (the blocks must be allocated)."""

@@ -52,7 +52,8 @@ def choose_tokens(logits: torch.Tensor, seqs: Seq[Sequence]) -> list[tuple[int, 
     plain = [i for i, s in enumerate(seqs) if s.params.greedy and not s.params.uses_counts]
     chosen: dict[int, int] = {}
     if plain:
-        chosen.update(zip(plain, torch.argmax(masked[plain].float(), dim=-1).tolist()))
+        rows = masked if len(plain) == len(seqs) else masked[plain]  # all rows plain greedy: no gather copy
+        chosen.update(zip(plain, torch.argmax(rows, dim=-1).tolist()))
     for i, s in enumerate(seqs):
         if i not in chosen:
             chosen[i] = int(choose_next_token(masked[i : i + 1], s.params, s.counts, s.generator)[0])

@@ -31,7 +31,7 @@ from scratchlm.model import TransformerLM
 from scratchlm.nn.kv_cache import KVCache
 
 MIN_COMPACT = 32  # unused leading slots worth a left shift before the cursor reaches the end
-INITIAL_ROWS, INITIAL_SLOTS = 4, 256
+INITIAL_ROWS, INITIAL_SLOTS = 1, 256
 
 
 class RowPrefixView(KVCache):

@@ -46,6 +46,58 @@ def test_match_store_lru_and_reclaim():
     assert PrefixCache(pool, 0).store(other, [1, 2]) == 0  # capacity 0: off
 
 
+def test_lookup_takes_the_cached_block_sharing_the_most_next_tokens():
+    pool = BlockPool(1, 1, 2, n_blocks=12, block_size=4)
+    cache = PrefixCache(pool, capacity_blocks=8)
+    a, b = pool.alloc(3), pool.alloc(3)
+    cache.store([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], a)
+    cache.store([1, 2, 3, 4, 5, 6, 0, 0, 9], b)  # same first block; its second block shares 2 leading tokens
+    assert cache.lookup([1, 2, 3, 4, 5, 6, 7, 0, 0, 0]) == ([a[0]], (a[1], 3))  # 5 6 7 beats 5 6
+    assert cache.lookup([1, 2, 3, 4, 5, 6, 0, 0]) == ([a[0]], (b[1], 3))  # the last token is never taken
+    assert cache.lookup([1, 2, 3, 4, 5, 6]) == ([a[0]], (a[1], 1))
+    assert cache.lookup([1, 2, 3, 4, 9, 9]) == ([a[0]], None) and cache.lookup([1, 2, 9]) == ([], (a[0], 2))
+    assert cache.lookup([1, 2, 3, 4, 5]) == ([a[0]], None)  # nothing left to take after the full block
+    cache.clear()
+    assert cache.lookup([1, 2, 3, 4, 5, 6, 7, 8]) == ([], None) and cache.children == {}
+
+
+def test_a_partly_matching_block_is_copied_and_its_prefill_equals_a_full_one():
+    """A prompt sharing 16 + 7 tokens with a cached one: one shared block, a copy of the next one with 7 slots
+    kept; the rest prefilled. Logits and stored K/V equal a prefill of the whole prompt without the cache, and
+    the cached block itself is untouched."""
+    model, tok, _ = setup(0)
+    space = KVSpace(model, 32, prefix_blocks=32)
+    g = torch.Generator().manual_seed(6)
+    first = torch.randint(0, 256, (40,), generator=g).tolist()
+    second = first[:23] + torch.randint(0, 256, (9,), generator=g).tolist()
+
+    def prefill_once(space, prompt):
+        table = space.start(prompt)
+        assert space.grow(table, len(prompt) - table.length)
+        j = Joiner(list(prompt), [], table, cached=table.length)
+        prefill_step(model, space, [j], 1000, "model")
+        space.offer(prompt, table)
+        return j
+
+    a = prefill_once(space, first)
+    cached_block = space.pool.read(type(a.table)(a.table.blocks[1:2], 16))
+    b = prefill_once(space, second)
+    assert b.cached == 23 and b.table.blocks[0] == a.table.blocks[0] and b.table.blocks[1] != a.table.blocks[1]
+    for x, y in zip(space.pool.read(type(a.table)(a.table.blocks[1:2], 16)), cached_block):
+        assert torch.equal(x, y)
+    fresh = prefill_once(KVSpace(model, 32, prefix_blocks=0), second)  # no cache: the whole prompt
+    torch.testing.assert_close(b.logits, fresh.logits, rtol=1e-5, atol=1e-5)
+    for x, y in zip(space.pool.read(b.table), fresh_kv(model, second)):  # (L, KvH, 32, Hd) each
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+
+
+def fresh_kv(model, prompt):
+    cache = model.new_kv_cache(1, max_seq_len=len(prompt))
+    with torch.no_grad():
+        model(torch.tensor([prompt]), kv_cache=cache)
+    return cache.k[:, 0], cache.v[:, 0]
+
+
 def setup(prefix_blocks: int, decode: str = "model", kv_blocks: int | None = None):
     torch.manual_seed(0)
     model = TransformerLM(get_preset("llama-tiny", vocab_size=259, d_model=64, n_layers=2, max_seq_len=CONTEXT,
@@ -81,8 +133,10 @@ def test_shared_system_prompt_and_later_turns_reuse_kv(decode):
                                                          (0, 20, sampled, 7), (0, 12, greedy, None)]):
         kw = {} if params.greedy else {"temperature": 0.9, "top_p": 0.95, "seed": seed}
         assert s.tokens == generate(model, [s.prompt], m, **kw)[0]
-    assert [s.cached_tokens for s in later] == [32, 32, (45 + 5 + 19) // BLOCK * BLOCK]  # the reply was cached too
-    assert sched.stats.cached_prompt_tokens == 32 + 32 + 64
+    # the system prompt's 45 tokens: 2 full blocks and 13 slots of the first prompt's third block (copied);
+    # the third request continues the first one's reply, cached in full blocks up to 64 tokens
+    assert [s.cached_tokens for s in later] == [45, 45, (45 + 5 + 19) // BLOCK * BLOCK]
+    assert sched.stats.cached_prompt_tokens == 45 + 45 + 64
     assert sched.space.pool.used == len(sched.space.prefix.entries)  # what is left in use: the cache's blocks
 
 

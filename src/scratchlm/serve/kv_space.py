@@ -79,10 +79,25 @@ class KVSpace:
         table.blocks, table.length = [], 0
 
     def start(self, prompt: list[int] | tuple[int, ...]) -> BlockTable:
-        """A table for `prompt` holding its longest cached prefix (the cache's blocks, shared)."""
-        blocks = self.prefix.match(prompt)
+        """A table for `prompt` holding its longest cached prefix: the cache's full blocks (shared), then a copy
+        of the cached block that shares the most of the prompt's next tokens (its first m slots kept; skipped
+        when no block is free for the copy)."""
+        blocks, partial = self.prefix.lookup(prompt)
         self.pool.share(blocks)
-        return BlockTable(blocks, len(blocks) * self.block)
+        table = BlockTable(blocks, len(blocks) * self.block)
+        if partial is not None:
+            src, m = partial
+            self.pool.share([src])  # not reclaimed by take() while it is copied
+            try:
+                (dst,) = self.take(1)
+                self.pool.copy_block(src, dst)
+                table.blocks.append(dst)
+                table.length += m
+            except PoolExhausted:
+                self.prefix.hit_tokens -= m
+            finally:
+                self.pool.release([src])
+        return table
 
     def fork(self, table: BlockTable) -> BlockTable:
         """Another sequence continuing `table`'s tokens: its full blocks shared, the partly filled last block

@@ -5,7 +5,10 @@ recomputing (or copying) them.
 A prompt is cut into blocks of the pool's block size b. Block i is registered under the key
     (entry id of block i-1, tokens of block i)         (block 0: parent -1)
 so a key names its whole prefix exactly (a chain of dict lookups, no hash collisions), and a lookup walks the
-prompt's blocks until the first miss. Keys are stored already rotated with their absolute positions 0.., the
+prompt's blocks until the first miss. After the chain, the cached block under the same parent that starts with
+the most of the prompt's next tokens gives those m < b positions too (`lookup`): the prompt's owner copies
+that block and keeps its first m slots (a system prompt that ends inside a block, a question asked again with
+a different ending). Keys are stored already rotated with their absolute positions 0.., the
 same in every prompt that shares the prefix, so the shared K/V are what a fresh prefill computes (up to float
 rounding of another batch shape). A prompt always keeps at least its last token to prefill (its logits choose
 token 1).
@@ -43,6 +46,7 @@ class PrefixCache:
             raise ValueError(f"prefix cache capacity must be >= 0 blocks, got {capacity_blocks}")
         self.pool, self.block, self.capacity = pool, pool.block_size, capacity_blocks
         self.entries: OrderedDict[Key, CachedBlock] = OrderedDict()
+        self.children: dict[int, dict[Key, CachedBlock]] = {}  # parent entry id -> its entries (-1: first blocks)
         self._next_id = 0
         self.hit_tokens = 0  # prompt tokens served from the cache so far
         self.lookups = 0
@@ -54,8 +58,15 @@ class PrefixCache:
     def match(self, tokens: list[int] | tuple[int, ...]) -> list[int]:
         """Pool blocks of the longest cached chain covering a prefix of tokens[:-1] (the last token is never
         taken: its logits are needed). The caller shares them (BlockPool.share) to use them."""
+        return self.lookup(tokens)[0]
+
+    def lookup(self, tokens: list[int] | tuple[int, ...]) -> tuple[list[int], tuple[int, int] | None]:
+        """match(tokens), and the block after the chain that shares the most leading tokens with the prompt's
+        next ones: (pool block, m) with 1 <= m < b of its slots valid for this prompt (the last prompt token
+        still excluded), or None. Its K/V are this prompt's for those m positions; the caller copies them into
+        a block of its own (the rest of the block belongs to another continuation)."""
         if not self.enabled:
-            return []
+            return [], None
         self.lookups += 1
         chain: list[CachedBlock] = []
         parent, b = -1, self.block
@@ -67,8 +78,18 @@ class PrefixCache:
             parent = hit.id
         for entry in reversed(chain):
             self.entries.move_to_end(entry.key)
-        self.hit_tokens += len(chain) * b
-        return [entry.block for entry in chain]
+        nxt = tokens[len(chain) * b : len(tokens) - 1]  # the tokens a partial block may still cover
+        best: tuple[int, int] | None = None
+        for entry in self.children.get(parent, {}).values() if nxt else ():
+            m = 0
+            for a, c in zip(entry.key[1], nxt):
+                if a != c:
+                    break
+                m += 1
+            if m and (best is None or m > best[1]):
+                best = (entry.block, m)
+        self.hit_tokens += len(chain) * b + (best[1] if best else 0)
+        return [entry.block for entry in chain], best
 
     def store(self, tokens: list[int] | tuple[int, ...], blocks: list[int]) -> int:
         """Name the full blocks of a sequence holding `tokens` in `blocks` (its block table); a prefix already
@@ -85,6 +106,7 @@ class PrefixCache:
                 self._next_id += 1
                 self.pool.share([entry.block])
                 self.entries[key] = entry
+                self.children.setdefault(parent, {})[key] = entry
                 added += 1
             chain.append(entry)
             parent = entry.id
@@ -96,6 +118,10 @@ class PrefixCache:
 
     def _drop(self, entry: CachedBlock) -> None:
         del self.entries[entry.key]
+        siblings = self.children[entry.key[0]]
+        del siblings[entry.key]
+        if not siblings:
+            del self.children[entry.key[0]]
         self.pool.release([entry.block])
 
     def reclaimable(self) -> int:

@@ -114,8 +114,10 @@ struct MatrixRef {
              const ActRows* act) const {
     const int64_t L = ldy();
     const auto* bytes = static_cast<const uint8_t*>(data);
-    for (int64_t b0 = 0; b0 < B; b0 += BATCH_TILE) {
-      const int64_t nb = std::min(BATCH_TILE, B - b0);
+    const bool blocks = !is_a8_row(format) && format != F32 && format != BF16 && format != F16;
+    const int64_t tile = blocks ? BLOCK_BATCH_TILE : BATCH_TILE;  // batch rows per pass over the weights
+    for (int64_t b0 = 0; b0 < B; b0 += tile) {
+      const int64_t nb = std::min(tile, B - b0);
       if (is_a8_row(format)) {
         visit_blocks(format, [&](auto blk) { a8b_rows<decltype(blk)>(*act, bytes, y, L, b0, nb, n0, n1); });
       } else {

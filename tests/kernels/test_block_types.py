@@ -114,7 +114,7 @@ def test_kernels_equal_linear_on_dequantized(kernels, type_name: str, source: st
     blocks = SOURCES[source](type_name, N, width(type_name), seed=1)
     w = dequantize_blocks(blocks)
     g = torch.Generator().manual_seed(2)
-    for b in range(1, 9):  # one, two, three, four rows per tile, and two tiles
+    for b in range(1, 9):  # every tile width: 1-2 rows, 3-8 in one tile on AVX2 (4 and two tiles elsewhere)
         x = torch.randn(b, blocks.shape[1], generator=g)
         got = ops.linear_blocks(kernels, x, blocks)
         assert got.dtype == torch.float32 and got.shape == (b, N)

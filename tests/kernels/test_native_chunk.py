@@ -14,23 +14,10 @@ import torch
 from scratchlm.generate.fast_decode import FastDecoder
 from scratchlm.generate.prefill import CHUNK_MAX_ROWS, prefill
 from scratchlm.kernels.build import native
-from scratchlm.quant.dequantize import dequantize_blocks
-from scratchlm.quant.quantize import quantize_blocks
 
-from test_native_step import VARIANTS, model  # noqa: E402  (tests/kernels is on sys.path under pytest)
+from test_native_step import VARIANTS, model, on_blocks  # noqa: E402  (tests/kernels is on sys.path under pytest)
 
 pytestmark = pytest.mark.skipif(native() is None, reason="no C++ compiler: the torch step is the only path")
-
-
-def on_blocks(m):
-    blocks = {}
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if p.dim() == 2:
-                blocks[name] = quantize_blocks(p, "Q8_0" if "embed" in name else "Q4_1")
-                p.copy_(dequantize_blocks(blocks[name]))
-    m.quantized_weights = blocks
-    return m
 
 
 def copy_cache(m, cache, b):

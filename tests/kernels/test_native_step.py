@@ -78,9 +78,8 @@ def test_native_step_equals_torch_step_weight_formats(quant: str, b: int) -> Non
     compare(model(n_kv_heads=2, tie_embeddings=False), quant, b=b, padded=b > 1)
 
 
-@pytest.mark.parametrize("b", [1, 2])
-def test_native_step_on_gguf_blocks(b: int) -> None:
-    m = model(n_kv_heads=2)
+def on_blocks(m: TransformerLM) -> TransformerLM:
+    """m with its matrices rounded to ggml blocks (Q8_0 embedding, Q4_1 elsewhere), kept as its GGUF blocks."""
     blocks = {}
     with torch.no_grad():
         for name, p in m.named_parameters():
@@ -88,7 +87,12 @@ def test_native_step_on_gguf_blocks(b: int) -> None:
                 blocks[name] = quantize_blocks(p, "Q8_0" if "embed" in name else "Q4_1")
                 p.copy_(dequantize_blocks(blocks[name]))
     m.quantized_weights = blocks
-    compare(m, "gguf", b=b, padded=b > 1)
+    return m
+
+
+@pytest.mark.parametrize("b", [1, 2])
+def test_native_step_on_gguf_blocks(b: int) -> None:
+    compare(on_blocks(model(n_kv_heads=2)), "gguf", b=b, padded=b > 1)
 
 
 def test_unsupported_configs_keep_the_torch_step() -> None:

@@ -69,53 +69,62 @@ inline void block_tile(const float* x, const uint8_t* w, float* y, int64_t K, in
 }
 
 #if defined(SCRATCHLM_AVX2)
-// AVX2, 3..8 batch rows: one 8-lane accumulator per batch row (NB + 4 of the 16 registers), each 32-value chunk
-// widened once for all NB rows. block_tile's two 16-lane accumulators per row run out of registers past 2
+// AVX2, 3..8 batch rows (and one row of a 32-value block type): one 8-lane accumulator per (weight row, batch row)
+// (NR * NB + 4 of the 16 registers), each 32-value chunk widened once for all NB rows. block_tile's two 16-lane accumulators per row run out of registers past 2
 // rows, so 4-row passes ran no faster than 2-row ones; this tile at 8 rows does 1.3-1.45x their weight-rows/s
 // (Q4_1, Q4_K, Q6_K, Q8_0 on Zen 3, benchmarks/RESULTS.md). Each (n, b) sums its chunks' four 8-value parts
 // into one chain: fp32 summation order differs from block_tile's, the values do not.
 constexpr int64_t BLOCK_BATCH_TILE = 8;
 
-template <typename Block, int NB>
+template <typename Block, int NB, int NR>
 inline void block_tile_wide(const float* x, const uint8_t* w, float* y, int64_t K, int64_t ldy, int64_t b0, int64_t n,
                             int64_t row_bytes) {
-  __m256 acc[NB];
-  for (int b = 0; b < NB; ++b) acc[b] = _mm256_setzero_ps();
+  __m256 acc[NR][NB];
+  for (int r = 0; r < NR; ++r)
+    for (int b = 0; b < NB; ++b) acc[r][b] = _mm256_setzero_ps();
   const int64_t nblk = K / Block::QK;
   const float* xb = x + b0 * K;
-  const uint8_t* wr = w + n * row_bytes;
   for (int64_t i = 0; i < nblk; ++i) {
-    alignas(64) float sc[32];
-    const uint8_t* blk = wr + i * Block::BYTES;
-    for (int64_t o = 0; o < Block::BYTES; o += 64) prefetch(blk + 2 * row_bytes + o);  // the row after next
-    Block::prepare(blk, sc);
+    alignas(64) float sc[NR][32];
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = w + (n + r) * row_bytes + i * Block::BYTES;
+      for (int64_t o = 0; o < Block::BYTES; o += 64) prefetch(blk + 2 * NR * row_bytes + o);  // the tile after next
+      Block::prepare(blk, sc[r]);
+    }
 #pragma GCC unroll 8
     for (int c = 0; c < static_cast<int>(Block::QK / 32); ++c) {
       const int64_t k = i * Block::QK + 32 * c;
-      VF lo, hi;
-      Block::chunk(blk, sc, c, lo, hi);
-      for (int b = 0; b < NB; ++b) {
-        const float* xr = xb + b * K + k;
-        acc[b] = _mm256_fmadd_ps(lo.lo, _mm256_loadu_ps(xr), acc[b]);
-        acc[b] = _mm256_fmadd_ps(lo.hi, _mm256_loadu_ps(xr + 8), acc[b]);
-        acc[b] = _mm256_fmadd_ps(hi.lo, _mm256_loadu_ps(xr + 16), acc[b]);
-        acc[b] = _mm256_fmadd_ps(hi.hi, _mm256_loadu_ps(xr + 24), acc[b]);
+      for (int r = 0; r < NR; ++r) {
+        VF lo, hi;
+        Block::chunk(w + (n + r) * row_bytes + i * Block::BYTES, sc[r], c, lo, hi);
+        for (int b = 0; b < NB; ++b) {
+          const float* xr = xb + b * K + k;
+          acc[r][b] = _mm256_fmadd_ps(lo.lo, _mm256_loadu_ps(xr), acc[r][b]);
+          acc[r][b] = _mm256_fmadd_ps(lo.hi, _mm256_loadu_ps(xr + 8), acc[r][b]);
+          acc[r][b] = _mm256_fmadd_ps(hi.lo, _mm256_loadu_ps(xr + 16), acc[r][b]);
+          acc[r][b] = _mm256_fmadd_ps(hi.hi, _mm256_loadu_ps(xr + 24), acc[r][b]);
+        }
       }
     }
   }
-  for (int b = 0; b < NB; ++b) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[b]), _mm256_extractf128_ps(acc[b], 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    y[(b0 + b) * ldy + n] = _mm_cvtss_f32(s);
-  }
+  for (int r = 0; r < NR; ++r)
+    for (int b = 0; b < NB; ++b) {
+      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r][b]), _mm256_extractf128_ps(acc[r][b], 1));
+      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+      v = _mm_add_ss(v, _mm_movehdup_ps(v));
+      y[(b0 + b) * ldy + n + r] = _mm_cvtss_f32(v);
+    }
 }
 
+// NB batch rows; NR weight rows per tile (4 for one batch row: four chains hide the FMA latency)
 template <typename Block, int NB>
 inline void block_rows_wide(const float* x, const uint8_t* w, float* y, int64_t K, int64_t ldy, int64_t b0,
                             int64_t n0, int64_t n1) {
+  constexpr int NR = NB == 1 ? 4 : 1;
   const int64_t row_bytes = (K / Block::QK) * Block::BYTES;
-  for (int64_t n = n0; n < n1; ++n) block_tile_wide<Block, NB>(x, w, y, K, ldy, b0, n, row_bytes);
+  int64_t n = n0;
+  for (; n + NR <= n1; n += NR) block_tile_wide<Block, NB, NR>(x, w, y, K, ldy, b0, n, row_bytes);
+  for (; n < n1; ++n) block_tile_wide<Block, NB, 1>(x, w, y, K, ldy, b0, n, row_bytes);
 }
 #else
 constexpr int64_t BLOCK_BATCH_TILE = BATCH_TILE;
@@ -136,7 +145,13 @@ template <typename Block>
 void block_rows(const float* x, const uint8_t* w, float* y, int64_t K, int64_t ldy, int64_t b0, int64_t nb,
                 int64_t n0, int64_t n1) {
   switch (nb) {
+#if defined(SCRATCHLM_AVX2)
+    case 1:  // 32-value blocks: 4 weight rows x one 8-lane accumulator, ~1.2x block_tile; K-quants: no gain
+      if constexpr (Block::QK == 32) return block_rows_wide<Block, 1>(x, w, y, K, ldy, b0, n0, n1);
+      return block_rows_nb<Block, 1>(x, w, y, K, ldy, b0, n0, n1);
+#else
     case 1: return block_rows_nb<Block, 1>(x, w, y, K, ldy, b0, n0, n1);
+#endif
     case 2: return block_rows_nb<Block, 2>(x, w, y, K, ldy, b0, n0, n1);
 #if defined(SCRATCHLM_AVX2)
     case 3: return block_rows_wide<Block, 3>(x, w, y, K, ldy, b0, n0, n1);

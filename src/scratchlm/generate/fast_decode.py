@@ -140,7 +140,7 @@ class FastDecoder:
         if s + c > cache.max_seq_len:
             raise ValueError(f"KV cache overflow: {s + c} tokens > cache capacity {cache.max_seq_len}; "
                              "allocate a larger cache (max_seq_len) or shorten the prompt")
-        logits = self.native.chunk(tokens, positions, key_mask, cache.k, cache.v, s, False)
+        logits = self.native.chunk(tokens, positions, key_mask, cache.k, cache.v, s)
         cache.advance(c)
         return logits
 

@@ -93,8 +93,9 @@ class KVSpace:
                 self.pool.copy_block(src, dst)
                 table.blocks.append(dst)
                 table.length += m
-            except PoolExhausted:
-                self.prefix.hit_tokens -= m
+                self.prefix.hit_tokens += m
+            except PoolExhausted:  # no block for the copy: the prompt prefills those m tokens itself
+                pass
             finally:
                 self.pool.release([src])
         return table

@@ -31,7 +31,8 @@ def openmp_runtimes(maps: Path = Path("/proc/self/maps")) -> list[str]:
         lines = maps.read_text().splitlines()
     except OSError:
         return []
-    paths = {line.split(maxsplit=5)[5] for line in lines if len(line.split(maxsplit=5)) == 6}
+    fields = (line.split(maxsplit=5) for line in lines)  # address perms offset dev inode [path]
+    paths = {f[5] for f in fields if len(f) == 6}
     return sorted(p for p in paths if os.path.basename(p).startswith(RUNTIMES) and ".so" in p)
 
 

@@ -88,7 +88,7 @@ class PrefixCache:
                 m += 1
             if m and (best is None or m > best[1]):
                 best = (entry.block, m)
-        self.hit_tokens += len(chain) * b + (best[1] if best else 0)
+        self.hit_tokens += len(chain) * b  # a partial block counts once its owner has copied it (KVSpace.start)
         return [entry.block for entry in chain], best
 
     def store(self, tokens: list[int] | tuple[int, ...], blocks: list[int]) -> int:

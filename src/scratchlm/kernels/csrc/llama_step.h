@@ -149,14 +149,14 @@ struct LlamaStep {
   // (L, B, KvH, T_max, Hd) fp32, s = the slot to write -> logits (B, V) fp32.
   torch::Tensor step(torch::Tensor tokens, torch::Tensor positions, std::optional<torch::Tensor> key_mask,
                      torch::Tensor kcache, torch::Tensor vcache, int64_t s) const {
-    return chunk(tokens.reshape({-1, 1}), positions.reshape({-1, 1}), key_mask, kcache, vcache, s, false);
+    return chunk(tokens.reshape({-1, 1}), positions.reshape({-1, 1}), key_mask, kcache, vcache, s);
   }
 
   // C tokens per row at once (a prompt's next tokens): tokens, positions (B, C) int64, key_mask (B, s + C) bool
   // or None, caches as step's; row b's token c is written at slot s + c and attends causally (see attend)
-  // -> logits (B, V) of each row's last token, or (B * C, V) of every token when all_logits.
+  // -> logits (B, V) of each row's last token (the head runs on those rows only).
   torch::Tensor chunk(torch::Tensor tokens, torch::Tensor positions, std::optional<torch::Tensor> key_mask,
-                      torch::Tensor kcache, torch::Tensor vcache, int64_t s, bool all_logits) const {
+                      torch::Tensor kcache, torch::Tensor vcache, int64_t s) const {
     TORCH_CHECK(tokens.dim() == 2 && positions.sizes() == tokens.sizes(), "tokens and positions must be (B, C)");
     const int64_t B = tokens.size(0), C = tokens.size(1), R = B * C, L = static_cast<int64_t>(layers.size());
     const int64_t T = kcache.size(3), SC = s + C, QKV = (H + 2 * KvH) * Hd;
@@ -216,12 +216,11 @@ struct LlamaStep {
       lay[3].apply(act.data(), x2.data(), R, x.data(), scratch);
       std::swap(x, x2);
     }
-    const int64_t out_rows = all_logits ? R : B;  // the head on every token, or on each row's last one only
-    if (!all_logits && C > 1)
+    if (C > 1)  // each row's last token to the front: the head runs on those B rows only
       for (int64_t b = 0; b < B; ++b) std::memcpy(&x[b * D], &x[(b * C + C - 1) * D], D * sizeof(float));
-    rms(x.data(), xn.data(), out_rows, D);
-    auto logits = torch::empty({out_rows, head.N}, cos.options());
-    head.apply(xn.data(), logits.data_ptr<float>(), out_rows, nullptr, scratch);
+    rms(x.data(), xn.data(), B, D);
+    auto logits = torch::empty({B, head.N}, cos.options());
+    head.apply(xn.data(), logits.data_ptr<float>(), B, nullptr, scratch);
     return logits;
   }
 };

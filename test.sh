@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")"
 . scripts/ensure_venv.sh
 .venv/bin/pip install -q -e ".[test]"
+.venv/bin/python -m scratchlm.kernels.build || true  # compile the C++ kernels once, before the suite
 .venv/bin/python -m pytest tests -q -n 2 "$@"

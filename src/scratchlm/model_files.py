@@ -16,6 +16,7 @@ from scratchlm.nn.block_state import dense_state_dict
 from scratchlm.config import ModelConfig
 from scratchlm.io_utils import atomic_write, atomic_write_text, read_json_object, read_safetensors
 from scratchlm.model import TransformerLM
+from scratchlm.nn.rope import RotaryEmbedding
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -61,13 +62,44 @@ def load_model(directory: str | Path, map_location: str | torch.device = "cpu", 
     if not weights.exists():
         raise FileNotFoundError(f"{directory} has a config but no {WEIGHTS_NAME}; the checkpoint is incomplete")
     state = read_safetensors(weights, device=str(map_location))
-    model = TransformerLM(config)
+    if config.tie_embeddings and "model.embed_tokens.weight" in state:
+        state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])
+    return model_from_state(config, state, directory).to(map_location)
+
+
+def check_state(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor], directory: Path) -> None:
+    """Raise a one-line ValueError naming missing / unexpected / wrongly shaped tensors of `state`."""
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = [f"{k}: checkpoint {tuple(state[k].shape)} vs config {tuple(expected[k].shape)}"
+             for k in sorted(set(state) & set(expected)) if state[k].shape != expected[k].shape]
+    if missing or unexpected or wrong:
+        raise ValueError(f"checkpoint {directory} does not match its config: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}, wrong shapes {wrong[:3]}")
+
+
+def finish_meta_build(model: TransformerLM, directory: Path) -> TransformerLM:
+    """A meta-built model after its tensors were assigned: RoPE tables computed on CPU, nothing left on meta."""
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding) and module.cos.is_meta:
+            module.init_tables(device="cpu")
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise ValueError(f"internal error: tensors {left[:5]} were not materialised after loading {directory}")
+    return model
+
+
+def model_from_state(config: ModelConfig, state: dict[str, torch.Tensor], directory: Path) -> TransformerLM:
+    """TransformerLM holding exactly `state` (floats as fp32), without a wasted random init.
+
+    The model is built on the meta device (no memory, no init), the loaded tensors are assigned as its
+    parameters, the tied head is re-tied, and the non-persistent RoPE tables are computed on CPU.
+    """
+    with torch.device("meta"):
+        model = TransformerLM(config)
+    check_state(model.state_dict(), state, directory)
+    model.load_state_dict({k: v.to(torch.float32) if v.is_floating_point() else v for k, v in state.items()},
+                          strict=True, assign=True)
     if config.tie_embeddings:
-        state.setdefault("lm_head.weight", state.get("model.embed_tokens.weight"))
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise ValueError(
-            f"checkpoint {directory} does not match its config: missing {sorted(missing)[:5]}, "
-            f"unexpected {sorted(unexpected)[:5]}"
-        )
-    return model.to(map_location)
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return finish_meta_build(model, directory)

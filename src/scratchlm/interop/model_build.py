@@ -13,46 +13,16 @@ import torch
 
 from scratchlm.config import ModelConfig
 from scratchlm.model import TransformerLM
+from scratchlm.model_files import check_state, finish_meta_build, model_from_state
 from scratchlm.nn.block_embedding import BlockEmbedding
 from scratchlm.nn.block_linear import BlockLinear
 from scratchlm.quant.blocks import GGMLBlocks
-from scratchlm.nn.rope import RotaryEmbedding
-
-
-def _check_state(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor], directory: Path) -> None:
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = [f"{k}: checkpoint {tuple(state[k].shape)} vs config {tuple(expected[k].shape)}"
-             for k in sorted(set(state) & set(expected)) if state[k].shape != expected[k].shape]
-    if missing or unexpected or wrong:
-        raise ValueError(f"checkpoint {directory} does not match its config: missing {missing[:5]}, "
-                         f"unexpected {unexpected[:5]}, wrong shapes {wrong[:3]}")
-
-
-def _finish(model: TransformerLM, directory: Path) -> TransformerLM:
-    """A meta-built model after its tensors were assigned: RoPE tables computed on CPU, nothing left on meta."""
-    for module in model.modules():
-        if isinstance(module, RotaryEmbedding) and module.cos.is_meta:
-            module.init_tables(device="cpu")
-    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-    if left:
-        raise ValueError(f"internal error: tensors {left[:5]} were not materialised after loading {directory}")
-    return model
 
 
 def build_with_weights(config: ModelConfig, state: dict[str, torch.Tensor], directory: Path) -> TransformerLM:
-    """TransformerLM holding exactly `state` (as fp32), without a wasted random init.
-
-    The model is built on the meta device (no memory, no init), the loaded tensors are assigned as its
-    parameters, the tied head is re-tied, and the non-persistent RoPE tables are computed on CPU.
-    """
-    with torch.device("meta"):
-        model = TransformerLM(config)
-    _check_state(model.state_dict(), state, directory)
-    model.load_state_dict({k: v.to(torch.float32) for k, v in state.items()}, strict=True, assign=True)
-    if config.tie_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
-    return _finish(model, directory)
+    """TransformerLM holding exactly `state` (as fp32), without a wasted random init
+    (model_files.model_from_state: the checkpoint loader builds the same way)."""
+    return model_from_state(config, state, directory)
 
 
 def _set_module(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
@@ -75,7 +45,7 @@ def build_with_blocks(config: ModelConfig, state: dict[str, torch.Tensor], types
     blocks = {k: GGMLBlocks(types[k], v, tuple(expected[k].shape)) for k, v in state.items()
               if k in types and v.dtype == torch.uint8 and k in expected and expected[k].dim() == 2}
     shapes = {k: (torch.empty(blocks[k].shape, device="meta") if k in blocks else v) for k, v in state.items()}
-    _check_state(expected, shapes, directory)
+    check_state(expected, shapes, directory)
     embed = "model.embed_tokens.weight"
     for name, b in blocks.items():
         module_name = name.removesuffix(".weight")
@@ -91,4 +61,4 @@ def build_with_blocks(config: ModelConfig, state: dict[str, torch.Tensor], types
     model.load_state_dict(rest, strict=False, assign=True)
     if config.tie_embeddings and embed not in blocks:
         model.lm_head.weight = model.model.embed_tokens.weight
-    return _finish(model, directory)
+    return finish_meta_build(model, directory)

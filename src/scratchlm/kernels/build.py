@@ -97,3 +97,19 @@ def native() -> ModuleType | None:
         warnings.warn(f"scratchlm: native decode kernels unavailable ({type(exc).__name__}: {exc}); "
                       "using the pure-torch paths", RuntimeWarning, stacklevel=2)
         return None
+
+
+def main() -> int:
+    """`python -m scratchlm.kernels.build`: build (or find cached) the kernels now and say where they are, so a
+    first `generate` / test run does not spend its first ~90 s compiling. Exit 0 built or found, 1 unavailable."""
+    mod = native()
+    if mod is None:
+        reason = "disabled by SCRATCHLM_KERNELS=0" if disabled() else "no working C++ compiler (see the warning)"
+        print(f"scratchlm kernels: unavailable ({reason}); the pure-torch paths will be used")
+        return 1
+    print(f"scratchlm kernels: {build_name()} ({mod.simd()} inner loops) at {Path(mod.__file__).parent}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -19,6 +19,7 @@ from scratchlm.config import get_preset
 from scratchlm.generate import generate
 from scratchlm.generate.sampling import SamplingParams
 from scratchlm.model import TransformerLM
+from scratchlm.serve.batch_rows import NativeRows, PagedRows, StagedRows
 from scratchlm.serve.scheduler import QueueFull, Scheduler
 from scratchlm.serve.sequence import Sequence
 from scratchlm.tokenizer import DEFAULT_SPECIAL_TOKENS, Tokenizer
@@ -54,13 +55,18 @@ def drain(sched: Scheduler) -> None:
 
 
 @pytest.mark.parametrize("window", [None, 6])
-@pytest.mark.parametrize("decode", ["model", "fast", "fast-windows"])
+@pytest.mark.parametrize("decode", ["model", "fast", "fast-staged", "fast-windows"])
 def test_every_step_equals_the_full_forward_and_blocks_hold_the_contiguous_kv(decode, window, monkeypatch):
-    """fast-windows: any padding opens another decode window (up to 4), so rows move between several."""
+    """fast: the C++ step on the block tables (NativeRows); fast-staged: the torch fast step on a SlotCache
+    window (as without the kernels); fast-windows: any padding opens another window (up to 4)."""
+    if decode in ("fast-staged", "fast-windows"):
+        monkeypatch.setattr("scratchlm.serve.scheduler.native_decoder", lambda model, mode: None)
     if decode == "fast-windows":
         monkeypatch.setattr("scratchlm.serve.batch_rows.WASTE_LIMIT", 0)
     model = model_of(window)
-    sched = Scheduler(model, max_batch=4, decode=decode.removesuffix("-windows"), prefill_chunk=16)
+    sched = Scheduler(model, max_batch=4, decode=decode.split("-")[0], prefill_chunk=16)
+    want = {"model": PagedRows, "fast": NativeRows, "fast-staged": StagedRows, "fast-windows": StagedRows}[decode]
+    assert type(sched.rows_impl) is want
     steps: list[tuple[list[list[int]], torch.Tensor]] = []
     decode_rows = sched.rows_impl.decode
 
@@ -87,7 +93,7 @@ def test_every_step_equals_the_full_forward_and_blocks_hold_the_contiguous_kv(de
     while sched.rows or sched.waiting or sched.joiners:
         sched.step()
         windows = max(windows, sum(1 for w in getattr(sched.rows_impl, "owner", []) if w))
-    assert windows == {"model": 0, "fast": 1, "fast-windows": 4}[decode]
+    assert windows == {"model": 0, "fast": 0, "fast-staged": 1, "fast-windows": 4}[decode]
     assert sched.stats.max_active == 4 and sched.space.pool.used == 0
     with torch.no_grad():
         for seqs_at_step, logits in steps:
@@ -235,15 +241,15 @@ def test_speculation_leaves_constrained_and_logprobs_rows_to_the_usual_choice():
 @pytest.mark.parametrize("window", [None, 6])
 def test_lone_short_chunks_run_the_decode_steps_cpp_chunk(window):
     """With decode "fast" (a C++ step), a lone prompt chunk of at most CHUNK_MAX_ROWS tokens goes through
-    FastDecoder.chunk (serve/joining.py); its last logits equal the full forward's, and the greedy tokens equal
-    those of the reference scheduler (decode "model", prefill through the forward)."""
+    FastDecoder.paged on its block table (serve/joining.py); its last logits equal the full forward's, and the
+    greedy tokens equal those of the reference scheduler (decode "model", prefill through the forward)."""
     model = model_of(window)
     fast = Scheduler(model, max_batch=2, decode="fast", prefill_chunk=16)
     ref = Scheduler(model, max_batch=2, decode="model", prefill_chunk=16)
     assert ref.chunk_decoder is None and fast.chunk_decoder is not None
     seen = []
-    chunk = fast.chunk_decoder.chunk
-    fast.chunk_decoder.chunk = lambda *a: seen.append((a[0].shape[1], chunk(*a))) or seen[-1][1]
+    paged = fast.chunk_decoder.paged
+    fast.chunk_decoder.paged = lambda *a: seen.append((a[0].shape[1], paged(*a))) or seen[-1][1]
     prompt = torch.randint(0, 256, (20,), generator=torch.Generator().manual_seed(5)).tolist()
     outs = []
     for sched in (fast, ref):
@@ -252,7 +258,8 @@ def test_lone_short_chunks_run_the_decode_steps_cpp_chunk(window):
         drain(sched)
         outs.append(seq.tokens)
         assert sched.space.pool.used == 0
-    assert [n for n, _ in seen] == [16, 4]  # two chunks of the 20-token prompt, each through the C++ chunk
+    # the decode rows call the same object with one token per row; the prompt's two chunks come first
+    assert [n for n, _ in seen[:2]] == [16, 4] and all(n == 1 for n, _ in seen[2:]) and len(seen) == 2 + 11
     with torch.no_grad():
-        torch.testing.assert_close(seen[-1][1][0], model(torch.tensor([prompt]))[0, -1], **TOL)
+        torch.testing.assert_close(seen[1][1][0], model(torch.tensor([prompt]))[0, -1], **TOL)
     assert outs[0] == outs[1]

@@ -53,9 +53,16 @@ def run_staggered(sched: Scheduler, seqs: list[Sequence], join_every: int = 1) -
         sched.step()
 
 
-@pytest.mark.parametrize("decode", ["model", "fast"])
-def test_greedy_join_and_leave_equals_engine_alone(decode):
-    model, tok, sched = setup(decode=decode)
+def torch_fast_step(monkeypatch) -> None:
+    """Serve the fast modes through the torch fast step on SlotCache windows, as without the C++ kernels."""
+    monkeypatch.setattr("scratchlm.serve.scheduler.native_decoder", lambda model, mode: None)
+
+
+@pytest.mark.parametrize("decode", ["model", "fast", "fast-staged"])
+def test_greedy_join_and_leave_equals_engine_alone(decode, monkeypatch):
+    if decode == "fast-staged":
+        torch_fast_step(monkeypatch)
+    model, tok, sched = setup(decode=decode.split("-")[0])
     jobs = random_jobs(14, seed=1)
     seqs = [make_seq(tok, p, m) for p, m in jobs]
     run_staggered(sched, seqs)
@@ -63,7 +70,7 @@ def test_greedy_join_and_leave_equals_engine_alone(decode):
         assert s.tokens == generate(model, [prompt], max_tokens)[0]
     assert sched.stats.max_active == 4 and sched.stats.completed == 14
     assert sched.space.pool.used == 0  # every block went back
-    if decode == "fast":  # the packed step's window: both room paths ran, empty at the end
+    if decode == "fast-staged":  # the torch step's window: both room paths ran, empty at the end
         assert sched.slots.shifts["left"] > 0 and sched.slots.shifts["right"] > 0
         assert sched.slots.rows == 0 and sched.slots.cursor == 0
 
@@ -159,9 +166,11 @@ def test_unknown_decode_mode_is_a_clear_error():
         setup(decode="compiled")
 
 
-def test_window_is_compacted_after_a_long_row_leaves():
-    """A long prompt pushes the shared cursor far right; once it leaves, the short rows move back left
-    (every step attends over all slots before the cursor) and still produce the engine's tokens."""
+def test_window_is_compacted_after_a_long_row_leaves(monkeypatch):
+    """The torch fast step's window: a long prompt pushes the shared cursor far right; once it leaves, the
+    short rows move back left (every step attends over all slots before the cursor) and still produce the
+    engine's tokens."""
+    torch_fast_step(monkeypatch)
     torch.manual_seed(0)
     model = TransformerLM(get_preset("llama-tiny", vocab_size=259, d_model=64, n_layers=2, max_seq_len=200,
                                      init_std=0.5)).eval()

@@ -116,16 +116,23 @@ def resolve_decode(model: TransformerLM, mode: str) -> str:
 EXACT_FAST_MODES = ("fast", "fast-gguf")  # the model's own weights (packed, or the file's blocks): same function
 
 
+def native_decoder(model: TransformerLM, mode: str) -> FastDecoder | None:
+    """The FastDecoder of a fast decode `mode` (exact or not) when its whole step runs in C++ (then it also runs
+    over block tables: FastDecoder.paged), else None; the same packed object the mode's decode step uses."""
+    mode = resolve_decode(model, mode) if mode in DECODE_MODES else mode
+    if mode not in FAST_MODES or not supports(model.config):
+        return None
+    dec = fast_decoder(model, FAST_MODES[mode])
+    return dec if dec.native is not None else None
+
+
 def chunk_decoder(model: TransformerLM, mode: str) -> FastDecoder | None:
     """The FastDecoder of an exact decode `mode` when its whole step runs in C++ (it then also runs a few prompt
     tokens per call: FastDecoder.chunk), else None; the same packed object the mode's decode step uses (no
     copy). Approximate modes (bf16, int8, A8, re-quantized blocks) get None: their prompt runs through the
     model's own weights."""
     mode = resolve_decode(model, mode) if mode in DECODE_MODES else mode
-    if mode not in EXACT_FAST_MODES or not supports(model.config):
-        return None
-    dec = fast_decoder(model, FAST_MODES[mode])
-    return dec if dec.native is not None else None
+    return native_decoder(model, mode) if mode in EXACT_FAST_MODES else None
 
 
 def make_decode_step(model: TransformerLM, mode: str = "model", batch_size: int | None = None) -> DecodeStep:

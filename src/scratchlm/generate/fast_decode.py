@@ -39,6 +39,7 @@ from scratchlm.generate.packed_layer import PackedLayer, PackedNorm
 from scratchlm.model import TransformerLM, layer_rope_kind
 from scratchlm.nn.block_embedding import BlockEmbedding
 from scratchlm.nn.kv_cache import KVCache
+from scratchlm.nn.paged_kv_cache import BlockPool, BlockTable
 from scratchlm.nn.rope import RotaryEmbedding, rope_rotation
 from scratchlm.nn.softcap import softcap
 
@@ -142,6 +143,28 @@ class FastDecoder:
                              "allocate a larger cache (max_seq_len) or shorten the prompt")
         logits = self.native.chunk(tokens, positions, key_mask, cache.k, cache.v, s)
         cache.advance(c)
+        return logits
+
+    @torch.inference_mode()
+    def paged(self, tokens: torch.Tensor, positions: torch.Tensor, pool: BlockPool,
+              tables: list[BlockTable]) -> torch.Tensor:
+        """C tokens per row (tokens, RoPE positions (B, C)) in one C++ call over the rows' block tables (the
+        native step only): row b's tokens are stored at its slots [len_b, len_b + C) (its blocks must have room:
+        BlockTable.room) and attend over the row's own slots up to each, so rows of any lengths share one call
+        with no padding and no copy of their K/V. Returns the logits (B, V) of each row's last token and advances
+        every table by C. Equal to `chunk` / `step` on a contiguous cache holding the same K/V."""
+        if self.native is None:
+            raise ValueError("this decoder has no C++ step (architecture, dtype or kernels); use the model's forward")
+        c, bs = tokens.shape[1], pool.block_size
+        short = [i for i, t in enumerate(tables) if t.room(bs) < c]
+        if short:
+            raise ValueError(f"rows {short[:5]} have no room for {c} more tokens in their blocks; grow their tables first")
+        width = max(len(t.blocks) for t in tables)
+        ids = torch.tensor([t.blocks + [0] * (width - len(t.blocks)) for t in tables], dtype=torch.long)
+        lengths = torch.tensor([t.length for t in tables], dtype=torch.long)
+        logits = self.native.paged(tokens, positions, lengths, ids, pool.k, pool.v)
+        for t in tables:
+            t.length += c
         return logits
 
     @torch.inference_mode()

@@ -1,8 +1,11 @@
-"""The running rows' decode step over their block tables, two ways (the decode mode picks one).
+"""The running rows' decode step over their block tables, three ways (the decode mode picks one).
 
     PagedRows    decode="model": the model's own forward on a PagedKVCache view of the rows' block tables
                  (the reference path: attention gathers each row's keys from its blocks)
-    StagedRows   the packed fast steps (decode "auto" / "fast*", generate/fast_decode.py): their C++ step reads a
+    NativeRows   the fast modes whose whole step runs in C++ (FastDecoder.paged: decode "auto" / "fast*" on a
+                 Llama-family model with the kernels built): the step reads and writes the rows' blocks itself,
+                 each row attending over its own length (no window, no copy, no padding)
+    StagedRows   the other packed fast steps (generate/fast_decode.py's torch step): that step reads a
                  contiguous per-layer cache, so the rows' K/V are copied once into a SlotCache window when they
                  join, the step runs there, and each step's new K/V (one slot per row) are written through to the
                  rows' blocks, which stay the K/V of record (prefix sharing, preemption, the next prefill).
@@ -18,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from scratchlm.generate.decode_step import DecodeStep
+from scratchlm.generate.fast_decode import FastDecoder
 from scratchlm.model import TransformerLM
 from scratchlm.nn.paged_kv_cache import PagedKVCache
 from scratchlm.serve.kv_space import KVSpace
@@ -63,6 +67,25 @@ class PagedRows(CountedRows):
         view = PagedKVCache(self.space.pool, [s.kv for s in rows]).expect(1)
         tokens, positions = _inputs(rows, self.space.pool.k.device)
         return self.step(tokens, positions, view.key_mask(), view)  # (n, V); the view stored the new K/V
+
+    @property
+    def nbytes(self) -> int:
+        return 0
+
+
+class NativeRows(CountedRows):
+    """The C++ step over the rows' block tables (see the module docstring). `step(tokens, positions, tables)`
+    is the decoder's `paged` (wrapped by the scheduler to hand over wake-ups first)."""
+
+    def __init__(self, space: KVSpace, decoder: FastDecoder, wrap=lambda f: f) -> None:
+        self.space = space
+        pool = space.pool
+        self.step = wrap(lambda tokens, positions, tables: decoder.paged(tokens, positions, pool, tables))
+        self.count = 0
+
+    def decode(self, rows: list[Sequence]) -> torch.Tensor:
+        tokens, positions = _inputs(rows, self.space.pool.k.device)
+        return self.step(tokens, positions, [s.kv for s in rows])  # (n, V); each table advanced by one
 
     @property
     def nbytes(self) -> int:

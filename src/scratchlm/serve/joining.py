@@ -10,9 +10,9 @@ the running rows keep decoding between them (chunked prefill).
               through a bf16 copy) on a PagedKVCache view of the joiners' tables: rows of different cached
               lengths and chunk sizes in one forward, each chunk right-aligned (nn/paged_kv_cache.py), in
               groups whose padding is at most PAD_WASTE of the real tokens
-    native    a lone chunk of at most CHUNK_MAX_ROWS tokens (a prefix-cache hit leaves a few) in "model" mode runs
-              through the decode step's C++ chunk when it has one (generate/fast_decode.py): the table's
-              K/V copied into a contiguous cache, the chunk's new K/V written back to the table
+    native    a group of chunks of one size, at most CHUNK_MAX_ROWS tokens in all (a prefix-cache hit leaves a few),
+              in "model" mode runs through the decode step's C++ step when it has one (FastDecoder.paged):
+              straight on the tables' blocks, each row over its own cached length
     scored    echo + logprobs needs the logits of every prompt position: the prompt alone, its chunks with
               logits_to_keep=0 (so the (T, V) logits stay bounded), no cache reuse
 A joiner whose last chunk ran has the logits of its last position (token 1 of every choice) and offers its
@@ -89,22 +89,17 @@ def _run_group(model: TransformerLM, space: KVSpace, group: list[tuple[Joiner, i
             j.logits = logits[row]
 
 
-def _run_native(model: TransformerLM, space: KVSpace, decoder: FastDecoder, j: Joiner, n: int) -> None:
-    """A lone chunk of n tokens through the decode step's C++ chunk: the table's stored K/V copied into a
-    contiguous cache, the chunk run on it, its new K/V written back into the table's blocks."""
-    start, pool = j.table.length, space.pool
-    cache = model.new_kv_cache(1, max_seq_len=start + n)  # (L, 1, KvH, start + n, Hd) fp32
-    if start:
-        k, v = pool.read(j.table, 0, start)  # (L, KvH, start, Hd)
-        cache.k[:, 0, :, :start], cache.v[:, 0, :, :start] = k, v
-        cache.seq_len = start
-    dev = pool.k.device
-    ids = torch.tensor([j.ids[start : start + n]], device=dev)
-    logits = decoder.chunk(ids, torch.arange(start, start + n, device=dev)[None], None, cache)  # (1, V)
-    pool.write(j.table, start, cache.k[:, 0, :, start:], cache.v[:, 0, :, start:])
-    j.table.length = start + n
-    if j.done:
-        j.logits = logits[0]
+def _run_native(space: KVSpace, decoder: FastDecoder, group: list[tuple[Joiner, int]]) -> None:
+    """Chunks of one size n through the decode step's C++ step, straight on the tables' blocks (their stored
+    K/V read in place, the chunks' written there)."""
+    n, dev = group[0][1], space.pool.k.device
+    starts = [j.table.length for j, _ in group]
+    ids = torch.tensor([j.ids[s : s + n] for (j, _), s in zip(group, starts)], device=dev)  # (J, n)
+    positions = torch.tensor([list(range(s, s + n)) for s in starts], device=dev)
+    logits = decoder.paged(ids, positions, space.pool, [j.table for j, _ in group])  # (J, V)
+    for row, (j, _) in enumerate(group):
+        if j.done:
+            j.logits = logits[row]
 
 
 def _run_scored(model: TransformerLM, space: KVSpace, j: Joiner, n: int) -> None:
@@ -124,8 +119,9 @@ def _run_scored(model: TransformerLM, space: KVSpace, j: Joiner, n: int) -> None
 def prefill_step(model: TransformerLM, space: KVSpace, joiners: list[Joiner], budget: int, mode: str,
                  decoder: FastDecoder | None = None) -> None:
     """Give the joiners, in order, at most `budget` prompt tokens of prefill this step (at least one chunk).
-    decoder: the decode step's FastDecoder with a C++ step (decode_step.chunk_decoder), which runs a lone
-    short chunk (at most CHUNK_MAX_ROWS tokens, "model" mode) without the forward's torch dispatch."""
+    decoder: the decode step's FastDecoder with a C++ step (decode_step.chunk_decoder), which runs a group of
+    short chunks of one size (at most CHUNK_MAX_ROWS tokens in all, "model" mode) without the forward's torch
+    dispatch."""
     chunks: list[tuple[Joiner, int]] = []
     for j in joiners:
         if budget <= 0:
@@ -137,8 +133,9 @@ def prefill_step(model: TransformerLM, space: KVSpace, joiners: list[Joiner], bu
         else:
             chunks.append((j, n))
     for group in _groups(chunks):
-        if len(group) == 1 and decoder is not None and mode == "model" and group[0][1] <= CHUNK_MAX_ROWS:
-            _run_native(model, space, decoder, *group[0])
+        sizes = {n for _, n in group}
+        if decoder is not None and mode == "model" and len(sizes) == 1 and len(group) * group[0][1] <= CHUNK_MAX_ROWS:
+            _run_native(space, decoder, group)
         else:
             _run_group(model, space, group, mode)
     for j in joiners:

@@ -8,7 +8,7 @@
 //   a_h = softmax_t(q_h . k_t + mask_t) v_t  over slots t <= s, KV head h / G (GQA)
 //   x = x + Wo(a);  xn = norm(x);  [g | u] = Wgu(xn);  x = x + Wdown(silu(g) * u)
 // then logits = Whead(norm(x)). `chunk` runs C tokens per row at once (a prompt's next tokens, causal within
-// the chunk); `step` is its one-token case. Each `Linear` is y = ((x * in_scale) W^T) * out_scale + bias, exactly as
+// the chunk); `step` is its one-token case; `paged` runs a chunk over a block pool's tables (the server's K/V). Each `Linear` is y = ((x * in_scale) W^T) * out_scale + bias, exactly as
 // the PackedLinear it mirrors.
 
 #pragma once
@@ -38,6 +38,31 @@ inline float dot_product(const float* a, const float* b, int64_t n) {
   for (; j < n; ++j) tail += a[j] * b[j];
   return tail;
 }
+
+// Where layer l's K/V live, token slot t of batch row b, KV head h (Hd floats each), two ways:
+// ContiguousKV  the KVCache (L, B, KvH, T_max, Hd): every row's chunk starts at slot s; key_mask (B, s + C)
+//               hides padded slots.
+// PagedKV       a block pool (L, N, bs, KvH, Hd) (nn/paged_kv_cache.py): row b's slot t is row t % bs of block
+//               tables[b, t / bs]; its chunk starts at slot lengths[b] (the tokens it holds); nothing hidden.
+struct ContiguousKV {
+  float *k, *v;
+  int64_t lstride, bstride, T, Hd, s, SC;
+  const bool* mask;
+  int64_t offset(int64_t l, int64_t b, int64_t h, int64_t t) const { return l * lstride + b * bstride + (h * T + t) * Hd; }
+  int64_t start(int64_t) const { return s; }
+  bool hidden(int64_t b, int64_t t) const { return mask && !mask[b * SC + t]; }
+};
+
+struct PagedKV {
+  float *k, *v;
+  const int64_t *tables, *lengths;
+  int64_t M, bs, KvH, Hd, lstride;
+  int64_t offset(int64_t l, int64_t b, int64_t h, int64_t t) const {
+    return l * lstride + ((tables[b * M + t / bs] * bs + t % bs) * KvH + h) * Hd;
+  }
+  int64_t start(int64_t b) const { return lengths[b]; }
+  bool hidden(int64_t, int64_t) const { return false; }
+};
 
 struct LlamaStep {
   torch::Tensor embed, cos, sin;  // embed (V, D) fp32, or (V, row bytes) uint8 in embed_format; cos, sin (T_max, Hd)
@@ -111,25 +136,23 @@ struct LlamaStep {
     std::memcpy(v, tmp, Hd * sizeof(float));
   }
 
-  // att (B * C, H * Hd) = softmax(q k^T + mask) v for every row b and chunk token c: token (b, c) attends
-  // over slots [lo_c, s + c] of layer l's cache (causal within the chunk), lo_c = s + c + 1 - W for a
-  // sliding window W (else 0); mask (B, s + C) True = a real key of row b. The caches' batch rows are
-  // `bstride` floats apart (a view of a larger slot cache is fine).
-  void attend(const float* q, const float* kc, const float* vc, const bool* mask, float* att, int64_t B, int64_t C,
-              int64_t s, int64_t T, int64_t window, int64_t bstride) const {
-    const int64_t G = H / KvH, SC = s + C;
+  // att (B * C, H * Hd) = softmax(q k^T) v for every row b and chunk token c of layer l: token (b, c) sits at slot
+  // S - 1 = kv.start(b) + c and attends over slots [lo, S) (causal within the chunk), lo = S - W for a sliding
+  // window W (else 0), minus the slots kv hides (padding).
+  template <typename KV>
+  void attend(const float* q, const KV& kv, int64_t l, float* att, int64_t B, int64_t C, int64_t window) const {
+    const int64_t G = H / KvH;
     at::parallel_for(0, B * C * H, 1, [&](int64_t i0, int64_t i1) {
-      std::vector<float> p(SC);
+      std::vector<float> p;
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t r = i / H, h = i % H, b = r / C, c = r % C;
-        const int64_t S = s + c + 1, lo = window < 0 ? 0 : std::max<int64_t>(0, S - window);
+        const int64_t S = kv.start(b) + c + 1, lo = window < 0 ? 0 : std::max<int64_t>(0, S - window);
+        if (static_cast<int64_t>(p.size()) < S) p.resize(S);
         const float* qh = q + (r * H + h) * Hd;
-        const float* keys = kc + b * bstride + (h / G) * T * Hd;
-        const float* vals = vc + b * bstride + (h / G) * T * Hd;
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t t = lo; t < S; ++t) {
-          const float dot = dot_product(qh, keys + t * Hd, Hd);
-          p[t] = (mask && !mask[b * SC + t]) ? -std::numeric_limits<float>::infinity() : dot;
+          const float dot = dot_product(qh, kv.k + kv.offset(l, b, h / G, t), Hd);
+          p[t] = kv.hidden(b, t) ? -std::numeric_limits<float>::infinity() : dot;
           mx = std::max(mx, p[t]);
         }
         float* out = att + (r * H + h) * Hd;
@@ -139,7 +162,8 @@ struct LlamaStep {
         for (int64_t t = lo; t < S; ++t) sum += (p[t] = std::exp(p[t] - mx));
         for (int64_t t = lo; t < S; ++t) {
           const float w = p[t] / sum;
-          for (int64_t j = 0; j < Hd; ++j) out[j] += w * vals[t * Hd + j];
+          const float* vals = kv.v + kv.offset(l, b, h / G, t);
+          for (int64_t j = 0; j < Hd; ++j) out[j] += w * vals[j];
         }
       }
     });
@@ -158,8 +182,8 @@ struct LlamaStep {
   torch::Tensor chunk(torch::Tensor tokens, torch::Tensor positions, std::optional<torch::Tensor> key_mask,
                       torch::Tensor kcache, torch::Tensor vcache, int64_t s) const {
     TORCH_CHECK(tokens.dim() == 2 && positions.sizes() == tokens.sizes(), "tokens and positions must be (B, C)");
-    const int64_t B = tokens.size(0), C = tokens.size(1), R = B * C, L = static_cast<int64_t>(layers.size());
-    const int64_t T = kcache.size(3), SC = s + C, QKV = (H + 2 * KvH) * Hd;
+    const int64_t B = tokens.size(0), C = tokens.size(1), L = static_cast<int64_t>(layers.size());
+    const int64_t T = kcache.size(3), SC = s + C;
     TORCH_CHECK(C >= 1, "a chunk needs at least one token per row");
     TORCH_CHECK(kcache.scalar_type() == torch::kFloat32 && vcache.scalar_type() == torch::kFloat32 &&
                     kcache.sizes() == torch::IntArrayRef({L, B, KvH, T, Hd}) && vcache.sizes() == kcache.sizes() &&
@@ -171,6 +195,45 @@ struct LlamaStep {
     torch::Tensor mask_t = key_mask.has_value() ? key_mask->to(torch::kBool).contiguous() : torch::Tensor();
     TORCH_CHECK(!mask_t.defined() || mask_t.sizes() == torch::IntArrayRef({B, SC}), "key_mask must be (B, s + C)");
     const bool* mask = mask_t.defined() ? mask_t.data_ptr<bool>() : nullptr;
+    const ContiguousKV kv{kcache.data_ptr<float>(), vcache.data_ptr<float>(), lstride, bstride, T, Hd, s, SC, mask};
+    return run(tokens, positions, kv);
+  }
+
+  // The same over a block pool (nn/paged_kv_cache.py's BlockPool): tokens, positions (B, C) int64, lengths (B,)
+  // int64 = the tokens row b already holds, tables (B, M) int64 = its blocks in token order (room for
+  // lengths[b] + C tokens), k/v pools fp32 (L, N, bs, KvH, Hd). Row b's token c is written at its slot
+  // lengths[b] + c and attends over the row's slots up to it -> logits (B, V) of each row's last token.
+  torch::Tensor paged(torch::Tensor tokens, torch::Tensor positions, torch::Tensor lengths, torch::Tensor tables,
+                      torch::Tensor kpool, torch::Tensor vpool) const {
+    TORCH_CHECK(tokens.dim() == 2 && positions.sizes() == tokens.sizes(), "tokens and positions must be (B, C)");
+    const int64_t B = tokens.size(0), C = tokens.size(1), L = static_cast<int64_t>(layers.size());
+    TORCH_CHECK(C >= 1, "a chunk needs at least one token per row");
+    TORCH_CHECK(kpool.scalar_type() == torch::kFloat32 && kpool.dim() == 5 && kpool.size(0) == L &&
+                    kpool.size(3) == KvH && kpool.size(4) == Hd && kpool.is_contiguous() &&
+                    vpool.sizes() == kpool.sizes() && vpool.is_contiguous() && vpool.scalar_type() == torch::kFloat32,
+                "the block pools must be contiguous fp32 (L, N, bs, KvH, Hd)");
+    const int64_t N = kpool.size(1), bs = kpool.size(2);
+    auto len_t = lengths.to(torch::kInt64).contiguous(), tab_t = tables.to(torch::kInt64).contiguous();
+    TORCH_CHECK(len_t.dim() == 1 && len_t.size(0) == B && tab_t.dim() == 2 && tab_t.size(0) == B,
+                "lengths must be (B,) and tables (B, M)");
+    const int64_t M = tab_t.size(1);
+    const int64_t *len = len_t.data_ptr<int64_t>(), *tab = tab_t.data_ptr<int64_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      TORCH_CHECK(len[b] >= 0 && len[b] + C <= M * bs, "row ", b, ": ", len[b], " + ", C, " tokens do not fit its ",
+                  M, " blocks of ", bs);
+      for (int64_t j = 0; j < (len[b] + C + bs - 1) / bs; ++j)
+        TORCH_CHECK(tab[b * M + j] >= 0 && tab[b * M + j] < N, "row ", b, ": block id ", tab[b * M + j],
+                    " outside the pool's ", N, " blocks");
+    }
+    const PagedKV kv{kpool.data_ptr<float>(), vpool.data_ptr<float>(), tab, len, M, bs, KvH, Hd, kpool.stride(0)};
+    return run(tokens, positions, kv);
+  }
+
+  // The layers over C tokens per row (tokens, positions (B, C)), K/V stored and read through kv (see attend).
+  template <typename KV>
+  torch::Tensor run(const torch::Tensor& tokens, const torch::Tensor& positions, const KV& kv) const {
+    const int64_t B = tokens.size(0), C = tokens.size(1), R = B * C, L = static_cast<int64_t>(layers.size());
+    const int64_t QKV = (H + 2 * KvH) * Hd;
     auto tok = tokens.to(torch::kInt64).contiguous(), pos = positions.to(torch::kInt64).contiguous();
     const int64_t* tp = tok.data_ptr<int64_t>();  // row r = b * C + c
     const int64_t* pp = pos.data_ptr<int64_t>();
@@ -180,13 +243,10 @@ struct LlamaStep {
       TORCH_CHECK(pp[r] >= 0 && pp[r] < cos.size(0), "position ", pp[r], " beyond the RoPE table");
       embed_row(tp[r], &x[r * D]);
     }
-    float* kc = kcache.data_ptr<float>();
-    float* vc = vcache.data_ptr<float>();
     for (int64_t l = 0; l < L; ++l) {
       const auto& lay = layers[l];
       rms(x.data(), xn.data(), R, D);
       lay[0].apply(xn.data(), qkv.data(), R, nullptr, scratch);
-      const int64_t layer_off = l * lstride;
       for (int64_t r = 0; r < R; ++r) {
         const int64_t b = r / C, c = r % C;
         const float* cs = cos.data_ptr<float>() + pp[r] * Hd;
@@ -194,13 +254,13 @@ struct LlamaStep {
         float* row = &qkv[r * QKV];
         for (int64_t h = 0; h < H + KvH; ++h) rope(row + h * Hd, cs, sn, tmp.data());
         for (int64_t h = 0; h < KvH; ++h) {
-          const int64_t slot = layer_off + b * bstride + (h * T + s + c) * Hd;
-          std::memcpy(kc + slot, row + (H + h) * Hd, Hd * sizeof(float));
-          std::memcpy(vc + slot, row + (H + KvH + h) * Hd, Hd * sizeof(float));
+          const int64_t slot = kv.offset(l, b, h, kv.start(b) + c);
+          std::memcpy(kv.k + slot, row + (H + h) * Hd, Hd * sizeof(float));
+          std::memcpy(kv.v + slot, row + (H + KvH + h) * Hd, Hd * sizeof(float));
         }
         std::memcpy(&q[r * H * Hd], row, H * Hd * sizeof(float));  // the rotated q heads
       }
-      attend(q.data(), kc + layer_off, vc + layer_off, mask, att.data(), B, C, s, T, windows[l], bstride);
+      attend(q.data(), kv, l, att.data(), B, C, windows[l]);
       lay[1].apply(att.data(), x2.data(), R, x.data(), scratch);
       std::swap(x, x2);
       rms(x.data(), xn.data(), R, D);

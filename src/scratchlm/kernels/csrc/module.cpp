@@ -141,5 +141,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                           double, bool, std::vector<std::vector<scratchlm::Linear>>, scratchlm::Linear,
                           std::vector<int64_t>>())
       .def("step", &scratchlm::LlamaStep::step, nogil())
-      .def("chunk", &scratchlm::LlamaStep::chunk, nogil());
+      .def("chunk", &scratchlm::LlamaStep::chunk, nogil())
+      .def("paged", &scratchlm::LlamaStep::paged, nogil());
 }

@@ -8,8 +8,9 @@
 //   a_h = softmax_t(q_h . k_t + mask_t) v_t  over slots t <= s, KV head h / G (GQA)
 //   x = x + Wo(a);  xn = norm(x);  [g | u] = Wgu(xn);  x = x + Wdown(silu(g) * u)
 // then logits = Whead(norm(x)). `chunk` runs C tokens per row at once (a prompt's next tokens, causal within
-// the chunk); `step` is its one-token case; `paged` runs a chunk over a block pool's tables (the server's K/V). Each `Linear` is y = ((x * in_scale) W^T) * out_scale + bias, exactly as
-// the PackedLinear it mirrors.
+// the chunk); `step` is its one-token case; `paged` runs a chunk over a block pool's tables (the server's K/V,
+// each row at its own length). Each `Linear` is y = ((x * in_scale) W^T) * out_scale + bias, exactly as the
+// PackedLinear it mirrors.
 
 #pragma once
 

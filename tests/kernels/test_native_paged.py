@@ -84,3 +84,23 @@ def test_paged_refuses_a_table_without_room_or_a_block_outside_the_pool() -> Non
         dec.paged(torch.tensor([[1, 2]]), torch.tensor([[0, 1]]), pool, [BlockTable([1], 3)])
     with pytest.raises(RuntimeError, match="outside the pool's 8 blocks"):
         dec.paged(torch.tensor([[1]]), torch.tensor([[0]]), pool, [BlockTable([9], 0)])
+
+
+def test_all_logits_are_every_tokens_forward_logits() -> None:
+    """all_logits (speculative verification): the logits of each of the C tokens of every row, as the forward
+    of the row's whole sequence gives them at those positions."""
+    m = on_blocks(model(n_kv_heads=2))
+    dec = FastDecoder(m, quant="gguf")
+    pool = BlockPool.for_model(m, 64, BS)
+    prompts = [[3, 1, 4, 1, 5, 9], [2, 7, 1]]
+    tables = scattered_tables(pool, [len(p) for p in prompts], 4)
+    with torch.no_grad():
+        for p, t in zip(prompts, tables):
+            dec.paged(torch.tensor([p]), torch.arange(len(p))[None], pool, [t])
+        feed = torch.tensor([[2, 6, 5, 3], [8, 2, 8, 1]])
+        pos = torch.stack([torch.arange(len(p), len(p) + 4) for p in prompts])
+        got = dec.paged(feed, pos, pool, tables, all_logits=True)  # (2, 4, V)
+        assert got.shape == (2, 4, m.config.vocab_size) and [t.length for t in tables] == [10, 7]
+        for b, p in enumerate(prompts):
+            want = m(torch.tensor([p + feed[b].tolist()]))[0, len(p):]
+            torch.testing.assert_close(got[b], want, rtol=2e-5, atol=2e-5)

@@ -183,12 +183,19 @@ def repetitive_jobs(n: int, seed: int) -> list[tuple[list[int], int]]:
     return out
 
 
-@pytest.mark.parametrize("method,decode", [("ngram", "fast"), ("ngram", "model"), ("draft", "fast")])
-def test_speculative_rows_emit_the_engines_greedy_tokens(method, decode):
-    """--speculative: every row drafts (prompt lookup, or a draft model on its own pool), one ragged forward
-    verifies all rows' drafts; greedy rows emit exactly the engine's plain tokens, a pool too small for the batch
-    still preempts and resumes them, and drafts were accepted."""
+@pytest.mark.parametrize("method,decode", [("ngram", "fast"), ("ngram", "fast-packed"), ("ngram", "model"),
+                                           ("draft", "fast")])
+def test_speculative_rows_emit_the_engines_greedy_tokens(method, decode, monkeypatch):
+    """--speculative: every row drafts (prompt lookup, or a draft model on its own pool), and the drafts are
+    verified over the block tables (fast: the C++ step with every token's logits, rows of one feed length per
+    call; fast-packed: one ragged packed forward, as without the kernels; model: the model's forward); greedy
+    rows emit exactly the engine's plain tokens, a pool too small for the batch still preempts and resumes
+    them, and drafts were accepted."""
     from scratchlm.generate.speculative import Speculation
+
+    if decode == "fast-packed":
+        monkeypatch.setattr("scratchlm.serve.speculation.native_decoder", lambda model, mode: None)
+    decode, packed = decode.split("-")[0], decode.endswith("packed")
 
     model = model_of(6, std=0.1)
     draft = None
@@ -199,6 +206,7 @@ def test_speculative_rows_emit_the_engines_greedy_tokens(method, decode):
                 w.add_(torch.randn(w.shape, generator=torch.Generator().manual_seed(w.numel())) * 0.03)
     spec = Speculation(method, k=4, draft_model=draft)
     sched = Scheduler(model, max_batch=4, decode=decode, kv_blocks=10, speculation=spec)
+    assert (sched.rows_impl.native is not None) == (decode == "fast" and not packed)
     work = repetitive_jobs(6, seed=13)
     seqs = [make(p, m) for p, m in work]
     for s in seqs:

@@ -146,13 +146,14 @@ class FastDecoder:
         return logits
 
     @torch.inference_mode()
-    def paged(self, tokens: torch.Tensor, positions: torch.Tensor, pool: BlockPool,
-              tables: list[BlockTable]) -> torch.Tensor:
+    def paged(self, tokens: torch.Tensor, positions: torch.Tensor, pool: BlockPool, tables: list[BlockTable],
+              all_logits: bool = False) -> torch.Tensor:
         """C tokens per row (tokens, RoPE positions (B, C)) in one C++ call over the rows' block tables (the
         native step only): row b's tokens are stored at its slots [len_b, len_b + C) (its blocks must have room:
         BlockTable.room) and attend over the row's own slots up to each, so rows of any lengths share one call
-        with no padding and no copy of their K/V. Returns the logits (B, V) of each row's last token and advances
-        every table by C. Equal to `chunk` / `step` on a contiguous cache holding the same K/V."""
+        with no padding and no copy of their K/V. Returns the logits (B, V) of each row's last token (all_logits:
+        (B, C, V), every token's) and advances every table by C. Equal to `chunk` / `step` on a contiguous cache
+        holding the same K/V."""
         if self.native is None:
             raise ValueError("this decoder has no C++ step (architecture, dtype or kernels); use the model's forward")
         c, bs = tokens.shape[1], pool.block_size
@@ -162,10 +163,10 @@ class FastDecoder:
         width = max(len(t.blocks) for t in tables)
         ids = torch.tensor([t.blocks + [0] * (width - len(t.blocks)) for t in tables], dtype=torch.long)
         lengths = torch.tensor([t.length for t in tables], dtype=torch.long)
-        logits = self.native.paged(tokens, positions, lengths, ids, pool.k, pool.v)
+        logits = self.native.paged(tokens, positions, lengths, ids, pool.k, pool.v, all_logits)
         for t in tables:
             t.length += c
-        return logits
+        return logits.view(len(tables), c, -1) if all_logits else logits
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor | None,

@@ -5,9 +5,10 @@ Per step (generate/speculative.py has the math):
     draft    rows without a constraint or logprobs draft k_b <= k tokens: prompt lookup over their prompt and
              reply ("ngram"), or the draft model ("draft": its own block pool and tables, one forward to catch
              up with the accepted tokens, then k - 1 one-token steps, all rows batched); other rows draft none
-    verify   one forward of [last, d_1 .. d_k_b] for every row (ragged, right-aligned on a PagedKVCache view:
-             the packed fast weights through generate/packed_forward.py, or the model's forward for
-             decode="model")
+    verify   one forward of [last, d_1 .. d_k_b] for every row: the C++ step on the block tables with every
+             token's logits (FastDecoder.paged, one call per feed length) where the decode mode has it; else
+             ragged, right-aligned on a PagedKVCache view (the packed fast weights through
+             generate/packed_forward.py, or the model's forward for decode="model")
     accept   rows with drafts: accept_draft (greedy: the model's own argmax tokens; sampling: exact rejection
              sampling, so the reply follows plain decoding's distribution); rows without: the usual choice
              (constraints, logprobs: serve/token_choice.py)
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from scratchlm.generate.decode_step import native_decoder
+from scratchlm.generate.fast_decode import FastDecoder
 from scratchlm.generate.sampling import process_logits
 from scratchlm.generate.speculative import Speculation, accept_draft, forward_fn, ngram_draft
 from scratchlm.model import TransformerLM
@@ -44,6 +47,23 @@ def _ragged_forward(forward, space: KVSpace, tables: list[BlockTable], rows: lis
         positions[b, t - len(r):] = torch.arange(start, start + len(r))
     dev = space.pool.k.device
     return forward(ids.to(dev), positions.to(dev), view.key_mask(), view, keep)
+
+
+def _native_verify(dec: FastDecoder, space: KVSpace, tables: list[BlockTable], rows: list[list[int]],
+                   starts: list[int]) -> list[torch.Tensor]:
+    """rows[b] fed at positions starts[b].. into tables[b] through the C++ step, rows of one length per call:
+    every row's logits (len(rows[b]), V)."""
+    out: list[torch.Tensor | None] = [None] * len(rows)
+    by_len: dict[int, list[int]] = {}
+    for b, r in enumerate(rows):
+        by_len.setdefault(len(r), []).append(b)
+    for n, members in by_len.items():
+        ids = torch.tensor([rows[b] for b in members], dtype=torch.long)
+        positions = torch.tensor([list(range(starts[b], starts[b] + n)) for b in members], dtype=torch.long)
+        logits = dec.paged(ids, positions, space.pool, [tables[b] for b in members], all_logits=True)  # (J, n, V)
+        for i, b in enumerate(members):
+            out[b] = logits[i]
+    return out
 
 
 class DraftModelRows:
@@ -123,6 +143,8 @@ class SpeculativeRows(CountedRows):
                  draft_blocks: int = 0) -> None:
         self.space, self.spec, self.context = space, spec, context
         self.forward = forward_fn(model, decode)
+        native = native_decoder(model, decode) if decode != "model" else None
+        self.native = native if native is not None and space.pool.k.dtype == torch.float32 else None
         self.draft = None if spec.method != "draft" else DraftModelRows(spec.draft_model, draft_blocks, decode)
         self.count = 0
         self.drafted = self.accepted = 0  # draft tokens proposed / accepted so far (for /health)
@@ -152,17 +174,21 @@ class SpeculativeRows(CountedRows):
         feeds = [[s.tokens[-1]] + d for s, (d, _) in zip(rows, drafts)]
         starts = [s.last_position for s in rows]
         before = [s.kv.length for s in rows]
-        logits = _ragged_forward(self.forward, self.space, [s.kv for s in rows], feeds, starts, 0)  # (n, T, V)
+        tables = [s.kv for s in rows]
+        if self.native is not None:  # per row (len(feed), V)
+            logits = _native_verify(self.native, self.space, tables, feeds, starts)
+        else:
+            logits = _ragged_forward(self.forward, self.space, tables, feeds, starts, 0)  # (n, T, V)
         out: list[Emitted] = [[] for _ in rows]
         plain = [b for b, (d, _) in enumerate(drafts) if not d]
         if plain:
-            chosen = choose_tokens(logits[plain, -1], [rows[b] for b in plain])
+            chosen = choose_tokens(torch.stack([logits[b][-1] for b in plain]), [rows[b] for b in plain])
             for b, pick in zip(plain, chosen):
                 out[b] = [pick]
         for b, (s, (d, q)) in enumerate(zip(rows, drafts)):
             if d:
                 counts = None if s.counts is None else s.counts.clone()  # the row's push counts what it emits
-                tokens = accept_draft(logits[b, -len(d) - 1:], d, q, s.params, counts, s.generator)
+                tokens = accept_draft(logits[b][-len(d) - 1:], d, q, s.params, counts, s.generator)
                 out[b] = [(t, None) for t in tokens]
                 self.drafted += len(d)
                 self.accepted += len(tokens) - 1

@@ -203,9 +203,10 @@ struct LlamaStep {
   // The same over a block pool (nn/paged_kv_cache.py's BlockPool): tokens, positions (B, C) int64, lengths (B,)
   // int64 = the tokens row b already holds, tables (B, M) int64 = its blocks in token order (room for
   // lengths[b] + C tokens), k/v pools fp32 (L, N, bs, KvH, Hd). Row b's token c is written at its slot
-  // lengths[b] + c and attends over the row's slots up to it -> logits (B, V) of each row's last token.
+  // lengths[b] + c and attends over the row's slots up to it -> logits (B, V) of each row's last token, or
+  // (B * C, V) of every token with all_logits (speculative decoding's verification of C - 1 draft tokens).
   torch::Tensor paged(torch::Tensor tokens, torch::Tensor positions, torch::Tensor lengths, torch::Tensor tables,
-                      torch::Tensor kpool, torch::Tensor vpool) const {
+                      torch::Tensor kpool, torch::Tensor vpool, bool all_logits) const {
     TORCH_CHECK(tokens.dim() == 2 && positions.sizes() == tokens.sizes(), "tokens and positions must be (B, C)");
     const int64_t B = tokens.size(0), C = tokens.size(1), L = static_cast<int64_t>(layers.size());
     TORCH_CHECK(C >= 1, "a chunk needs at least one token per row");
@@ -227,12 +228,14 @@ struct LlamaStep {
                     " outside the pool's ", N, " blocks");
     }
     const PagedKV kv{kpool.data_ptr<float>(), vpool.data_ptr<float>(), tab, len, M, bs, KvH, Hd, kpool.stride(0)};
-    return run(tokens, positions, kv);
+    return run(tokens, positions, kv, all_logits);
   }
 
-  // The layers over C tokens per row (tokens, positions (B, C)), K/V stored and read through kv (see attend).
+  // The layers over C tokens per row (tokens, positions (B, C)), K/V stored and read through kv (see attend);
+  // the head on each row's last token (B rows), or on every token with all_logits (B * C rows).
   template <typename KV>
-  torch::Tensor run(const torch::Tensor& tokens, const torch::Tensor& positions, const KV& kv) const {
+  torch::Tensor run(const torch::Tensor& tokens, const torch::Tensor& positions, const KV& kv,
+                    bool all_logits = false) const {
     const int64_t B = tokens.size(0), C = tokens.size(1), R = B * C, L = static_cast<int64_t>(layers.size());
     const int64_t QKV = (H + 2 * KvH) * Hd;
     auto tok = tokens.to(torch::kInt64).contiguous(), pos = positions.to(torch::kInt64).contiguous();
@@ -277,11 +280,12 @@ struct LlamaStep {
       lay[3].apply(act.data(), x2.data(), R, x.data(), scratch);
       std::swap(x, x2);
     }
-    if (C > 1)  // each row's last token to the front: the head runs on those B rows only
+    const int64_t out_rows = all_logits ? R : B;
+    if (C > 1 && !all_logits)  // each row's last token to the front: the head runs on those B rows only
       for (int64_t b = 0; b < B; ++b) std::memcpy(&x[b * D], &x[(b * C + C - 1) * D], D * sizeof(float));
-    rms(x.data(), xn.data(), B, D);
-    auto logits = torch::empty({B, head.N}, cos.options());
-    head.apply(xn.data(), logits.data_ptr<float>(), B, nullptr, scratch);
+    rms(x.data(), xn.data(), out_rows, D);
+    auto logits = torch::empty({out_rows, head.N}, cos.options());
+    head.apply(xn.data(), logits.data_ptr<float>(), out_rows, nullptr, scratch);
     return logits;
   }
 };

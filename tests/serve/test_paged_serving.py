@@ -207,6 +207,8 @@ def test_speculative_rows_emit_the_engines_greedy_tokens(method, decode, monkeyp
     spec = Speculation(method, k=4, draft_model=draft)
     sched = Scheduler(model, max_batch=4, decode=decode, kv_blocks=10, speculation=spec)
     assert (sched.rows_impl.native is not None) == (decode == "fast" and not packed)
+    if draft is not None:  # the draft model's one-token steps through its own C++ step too
+        assert sched.rows_impl.draft.native is not None
     work = repetitive_jobs(6, seed=13)
     seqs = [make(p, m) for p, m in work]
     for s in seqs:

@@ -4,7 +4,8 @@ one forward over the rows' block tables checks them all, each row keeps what the
 Per step (generate/speculative.py has the math):
     draft    rows without a constraint or logprobs draft k_b <= k tokens: prompt lookup over their prompt and
              reply ("ngram"), or the draft model ("draft": its own block pool and tables, one forward to catch
-             up with the accepted tokens, then k - 1 one-token steps, all rows batched); other rows draft none
+             up with the accepted tokens, then k - 1 one-token steps, all rows batched; the draft's C++ step on
+             its tables where it has one, except a long catch-up); other rows draft none
     verify   one forward of [last, d_1 .. d_k_b] for every row: the C++ step on the block tables with every
              token's logits (FastDecoder.paged, one call per feed length) where the decode mode has it; else
              ragged, right-aligned on a PagedKVCache view (the packed fast weights through
@@ -22,6 +23,7 @@ import torch
 
 from scratchlm.generate.decode_step import native_decoder
 from scratchlm.generate.fast_decode import FastDecoder
+from scratchlm.generate.prefill import CHUNK_MAX_ROWS
 from scratchlm.generate.sampling import process_logits
 from scratchlm.generate.speculative import Speculation, accept_draft, forward_fn, ngram_draft
 from scratchlm.model import TransformerLM
@@ -49,10 +51,10 @@ def _ragged_forward(forward, space: KVSpace, tables: list[BlockTable], rows: lis
     return forward(ids.to(dev), positions.to(dev), view.key_mask(), view, keep)
 
 
-def _native_verify(dec: FastDecoder, space: KVSpace, tables: list[BlockTable], rows: list[list[int]],
-                   starts: list[int]) -> list[torch.Tensor]:
+def _native_rows(dec: FastDecoder, space: KVSpace, tables: list[BlockTable], rows: list[list[int]],
+                 starts: list[int], all_logits: bool = True) -> list[torch.Tensor]:
     """rows[b] fed at positions starts[b].. into tables[b] through the C++ step, rows of one length per call:
-    every row's logits (len(rows[b]), V)."""
+    every row's logits (len(rows[b]), V), or its last token's (V,) without all_logits."""
     out: list[torch.Tensor | None] = [None] * len(rows)
     by_len: dict[int, list[int]] = {}
     for b, r in enumerate(rows):
@@ -60,7 +62,7 @@ def _native_verify(dec: FastDecoder, space: KVSpace, tables: list[BlockTable], r
     for n, members in by_len.items():
         ids = torch.tensor([rows[b] for b in members], dtype=torch.long)
         positions = torch.tensor([list(range(starts[b], starts[b] + n)) for b in members], dtype=torch.long)
-        logits = dec.paged(ids, positions, space.pool, [tables[b] for b in members], all_logits=True)  # (J, n, V)
+        logits = dec.paged(ids, positions, space.pool, [tables[b] for b in members], all_logits)  # (J, [n,] V)
         for i, b in enumerate(members):
             out[b] = logits[i]
     return out
@@ -74,6 +76,15 @@ class DraftModelRows:
         self.model = draft.eval()
         self.space = KVSpace(draft, blocks)
         self.forward = forward_fn(draft, decode)
+        native = native_decoder(draft, decode) if decode != "model" else None
+        self.native = native if native is not None and self.space.pool.k.dtype == torch.float32 else None
+
+    def _last_logits(self, tables: list[BlockTable], feeds: list[list[int]], starts: list[int]) -> torch.Tensor:
+        """The last token's logits (n, V) of every feed: the draft's C++ step for short feeds (the one-token
+        steps, a catch-up of a few tokens), its ragged forward for a long catch-up (a new row's prompt)."""
+        if self.native is not None and max(map(len, feeds)) <= CHUNK_MAX_ROWS:
+            return torch.stack(_native_rows(self.native, self.space, tables, feeds, starts, all_logits=False))
+        return _ragged_forward(self.forward, self.space, tables, feeds, starts, 1)[:, -1]
 
     def release(self, seq: Sequence) -> None:
         if seq.draft_kv is not None:
@@ -104,7 +115,7 @@ class DraftModelRows:
             return out
         members = [rows[b] for b in live]
         want = [ks[b] for b in live]
-        logits = _ragged_forward(self.forward, self.space, [s.draft_kv for s in members], feeds, starts, 1)[:, -1]
+        logits = self._last_logits([s.draft_kv for s in members], feeds, starts)
         counts = [None if s.counts is None else s.counts.clone() for s in members]
         drafts: list[list[int]] = [[] for _ in live]
         qs: list[list[torch.Tensor]] = [[] for _ in live]
@@ -126,8 +137,8 @@ class DraftModelRows:
             if not active:
                 break
             positions = [len(members[j].prompt) + len(members[j].tokens) + i for j in active]  # where d_{i+1} goes
-            step = _ragged_forward(self.forward, self.space, [members[j].draft_kv for j in active],
-                                   [[drafts[j][-1]] for j in active], positions, 1)[:, -1]
+            step = self._last_logits([members[j].draft_kv for j in active], [[drafts[j][-1]] for j in active],
+                                     positions)
             logits = logits.clone()
             logits[active] = step
         for j, (b, s) in enumerate(zip(live, members)):
@@ -176,7 +187,7 @@ class SpeculativeRows(CountedRows):
         before = [s.kv.length for s in rows]
         tables = [s.kv for s in rows]
         if self.native is not None:  # per row (len(feed), V)
-            logits = _native_verify(self.native, self.space, tables, feeds, starts)
+            logits = _native_rows(self.native, self.space, tables, feeds, starts)
         else:
             logits = _ragged_forward(self.forward, self.space, tables, feeds, starts, 0)  # (n, T, V)
         out: list[Emitted] = [[] for _ in rows]

@@ -25,6 +25,7 @@ from scratchlm.generate.decode_step import fast_decoder
 from scratchlm.generate.packed_forward import packed_forward
 from scratchlm.generate.sampling import SamplingParams, process_logits
 from scratchlm.generate.speculative import Speculation, accept_draft, ngram_draft
+from scratchlm.kernels.build import native
 from scratchlm.nn.softmax import softmax
 
 TOL = dict(rtol=1e-4, atol=1e-4)
@@ -83,15 +84,24 @@ def repetitive_prompts():
     return [text + text[:5], torch.randint(0, 128, (7,), generator=g).tolist() * 3]
 
 
-@pytest.mark.parametrize("decode", ["model", "fast"])
+@pytest.mark.parametrize("decode", ["model", "fast", "fast-packed"])
 @pytest.mark.parametrize("method", ["ngram", "draft"])
 def test_greedy_speculation_emits_plain_greedy_tokens(decode, method, monkeypatch):
+    """fast: the verification (and the draft's steps) through the C++ chunk with every token's logits where
+    the kernels are built; fast-packed: through the packed forward (as without them)."""
+    import scratchlm.generate.speculative as speculative
+
+    fits = speculative.chunk_fits
+    chunked = []
+    if decode == "fast-packed":
+        monkeypatch.setattr(speculative, "chunk_fits", lambda *a: False)
+    else:
+        monkeypatch.setattr(speculative, "chunk_fits", lambda *a: chunked.append(fits(*a)) or chunked[-1])
+    variant, decode = decode, decode.split("-")[0]
     model = build(small_config("llama-gqa-half"), scale=2.0)
     draft = build(small_config("llama-mqa"), seed=5, scale=2.0) if method == "draft" else None
     spec = Speculation(method, k=4, draft_model=draft)
     accepted = []
-    import scratchlm.generate.speculative as speculative
-
     real = speculative.accept_draft
 
     def counting(logits, draft, *args, **kw):
@@ -106,6 +116,8 @@ def test_greedy_speculation_emits_plain_greedy_tokens(decode, method, monkeypatc
             assert generate(model, [prompt], 30, decode=decode, speculative=spec, **kw)[0] == want
     if method == "ngram":
         assert sum(accepted) > 10  # drafts were accepted, several tokens per forward
+    if variant == "fast" and native() is not None:
+        assert any(chunked)  # the C++ chunk verified drafts
 
 
 def toy_logits(prev: int) -> torch.Tensor:

@@ -130,20 +130,21 @@ class FastDecoder:
 
     @torch.inference_mode()
     def chunk(self, tokens: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor | None,
-              cache: KVCache) -> torch.Tensor:
+              cache: KVCache, all_logits: bool = False) -> torch.Tensor:
         """C prompt tokens per row in one C++ call (the native step only; see `native`): tokens, RoPE positions
         (B, C), key_mask (B, S + C) bool over slots [0, S + C) or None, cache at seq_len S -> the logits (B, V) of
-        each row's last token; writes slots [S, S + C) of every layer (token c attends to slots <= S + c) and
-        advances by C. The model's forward of the same tokens up to fp32 summation order."""
+        each row's last token (all_logits: (B, C, V), every token's); writes slots [S, S + C) of every layer
+        (token c attends to slots <= S + c) and advances by C. The model's forward of the same tokens up to fp32
+        summation order."""
         if self.native is None:
             raise ValueError("this decoder has no C++ step (architecture, dtype or kernels); use the model's forward")
         s, c = cache.seq_len, tokens.shape[1]
         if s + c > cache.max_seq_len:
             raise ValueError(f"KV cache overflow: {s + c} tokens > cache capacity {cache.max_seq_len}; "
                              "allocate a larger cache (max_seq_len) or shorten the prompt")
-        logits = self.native.chunk(tokens, positions, key_mask, cache.k, cache.v, s)
+        logits = self.native.chunk(tokens, positions, key_mask, cache.k, cache.v, s, all_logits)
         cache.advance(c)
-        return logits
+        return logits.view(tokens.shape[0], c, -1) if all_logits else logits
 
     @torch.inference_mode()
     def paged(self, tokens: torch.Tensor, positions: torch.Tensor, pool: BlockPool, tables: list[BlockTable],

@@ -29,7 +29,7 @@ import torch
 from scratchlm.generate.decode_step import FAST_MODES, fast_decoder, resolve_decode
 from scratchlm.generate.fast_decode import supports
 from scratchlm.generate.packed_forward import packed_forward, supported as packed_supported
-from scratchlm.generate.prefill import prefill as run_prefill
+from scratchlm.generate.prefill import chunk_fits, prefill as run_prefill
 from scratchlm.generate.sampling import (SamplingParams, choose_next_token, make_generator, process_logits,
                                          token_counts)
 from scratchlm.model import TransformerLM
@@ -116,13 +116,21 @@ def accept_draft(logits: torch.Tensor, draft: list[int], q: torch.Tensor | None,
 
 
 def forward_fn(model: TransformerLM, decode: str = "auto") -> Forward:
-    """(ids (B, T), positions, key mask, cache, keep) -> logits (B, keep or T, V): the packed fast forward for the
-    fast decode modes (generate/packed_forward.py), the model's own forward for "model" or what it cannot do."""
+    """(ids (B, T), positions, key mask, cache, keep) -> logits (B, keep or T, V): for the fast decode modes the
+    decode step's C++ chunk with every token's logits where it fits (a contiguous fp32 cache, at most
+    CHUNK_MAX_ROWS tokens: a verification of k drafts), else the packed fast forward
+    (generate/packed_forward.py); the model's own forward for "model" or what neither can do."""
     mode = resolve_decode(model, decode)
     if mode in FAST_MODES and supports(model.config):
         dec = fast_decoder(model, FAST_MODES[mode])
         if packed_supported(dec):
-            return lambda ids, pos, mask, cache, keep: packed_forward(dec, ids, pos, mask, cache, keep)
+            def fast(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None, cache: KVCache,
+                     keep: int) -> torch.Tensor:
+                if chunk_fits(dec, ids, mask, cache, "model"):
+                    logits = dec.chunk(ids, pos, mask, cache, all_logits=keep != 1)  # (B, T, V) or (B, V)
+                    return logits[:, None] if keep == 1 else logits[:, -keep:]
+                return packed_forward(dec, ids, pos, mask, cache, keep)
+            return fast
     return lambda ids, pos, mask, cache, keep: model(ids, pos, mask, cache, logits_to_keep=keep)
 
 

@@ -174,14 +174,15 @@ struct LlamaStep {
   // (L, B, KvH, T_max, Hd) fp32, s = the slot to write -> logits (B, V) fp32.
   torch::Tensor step(torch::Tensor tokens, torch::Tensor positions, std::optional<torch::Tensor> key_mask,
                      torch::Tensor kcache, torch::Tensor vcache, int64_t s) const {
-    return chunk(tokens.reshape({-1, 1}), positions.reshape({-1, 1}), key_mask, kcache, vcache, s);
+    return chunk(tokens.reshape({-1, 1}), positions.reshape({-1, 1}), key_mask, kcache, vcache, s, false);
   }
 
   // C tokens per row at once (a prompt's next tokens): tokens, positions (B, C) int64, key_mask (B, s + C) bool
   // or None, caches as step's; row b's token c is written at slot s + c and attends causally (see attend)
-  // -> logits (B, V) of each row's last token (the head runs on those rows only).
+  // -> logits (B, V) of each row's last token (the head runs on those rows only), or (B * C, V) of every token
+  // with all_logits (speculative decoding's verification).
   torch::Tensor chunk(torch::Tensor tokens, torch::Tensor positions, std::optional<torch::Tensor> key_mask,
-                      torch::Tensor kcache, torch::Tensor vcache, int64_t s) const {
+                      torch::Tensor kcache, torch::Tensor vcache, int64_t s, bool all_logits) const {
     TORCH_CHECK(tokens.dim() == 2 && positions.sizes() == tokens.sizes(), "tokens and positions must be (B, C)");
     const int64_t B = tokens.size(0), C = tokens.size(1), L = static_cast<int64_t>(layers.size());
     const int64_t T = kcache.size(3), SC = s + C;
@@ -197,7 +198,7 @@ struct LlamaStep {
     TORCH_CHECK(!mask_t.defined() || mask_t.sizes() == torch::IntArrayRef({B, SC}), "key_mask must be (B, s + C)");
     const bool* mask = mask_t.defined() ? mask_t.data_ptr<bool>() : nullptr;
     const ContiguousKV kv{kcache.data_ptr<float>(), vcache.data_ptr<float>(), lstride, bstride, T, Hd, s, SC, mask};
-    return run(tokens, positions, kv);
+    return run(tokens, positions, kv, all_logits);
   }
 
   // The same over a block pool (nn/paged_kv_cache.py's BlockPool): tokens, positions (B, C) int64, lengths (B,)

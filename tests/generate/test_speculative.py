@@ -70,6 +70,29 @@ def test_packed_forward_in_a_block_format_equals_its_one_token_steps():
     torch.testing.assert_close(many, one, **TOL)
 
 
+def test_draft_length_follows_acceptances_as_transformers_heuristic_schedule():
+    """transformers' assisted generation ("heuristic"): +2 draft tokens after a verification that accepted all of
+    them, -1 after a rejection; here bounded by [1, k]. adaptive=False keeps k."""
+    from transformers.generation.candidate_generator import AssistedCandidateGenerator
+
+    spec = Speculation("ngram", k=6)
+    assert [spec.next_len(4, 4, 4), spec.next_len(6, 6, 6), spec.next_len(4, 4, 1), spec.next_len(1, 1, 0)] == \
+        [6, 6, 3, 1]
+    assert spec.next_len(3, 0, 0) == 3  # nothing drafted (no match): unchanged
+    assert Speculation("ngram", k=6, adaptive=False).next_len(2, 4, 0) == 6
+
+    class Stub:  # the attributes update_candidate_strategy reads for the heuristic schedule
+        assistant_generation_config = type("G", (), {"num_assistant_tokens_schedule": "heuristic",
+                                                     "assistant_confidence_threshold": 0})()
+        num_assistant_tokens = 4
+
+    for drafted, accepted in ((4, 4), (6, 2), (5, 5)):  # the same rule, unbounded, in transformers
+        stub = Stub()
+        stub.num_assistant_tokens = drafted
+        AssistedCandidateGenerator.update_candidate_strategy(stub, None, torch.zeros(1, drafted + 1), accepted)
+        assert stub.num_assistant_tokens == Speculation("ngram", k=32).next_len(drafted, drafted, accepted)
+
+
 def test_ngram_draft_takes_the_latest_longest_match():
     seq = [1, 2, 3, 9, 1, 2, 4, 7, 1, 2]
     assert ngram_draft(seq, 3, n_max=2) == [4, 7, 1]  # "1 2" last seen before the suffix at index 4

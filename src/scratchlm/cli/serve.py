@@ -95,7 +95,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "their distribution; default off")
     p.add_argument("--draft-model", default=None, metavar="PATH",
                    help="a small model with the same tokenizer that drafts for --speculative draft (implies it)")
-    p.add_argument("--draft-tokens", type=int, default=4, metavar="K", help="tokens drafted per stream and step (default 4)")
+    p.add_argument("--draft-tokens", type=int, default=4, metavar="K",
+                   help="tokens drafted per stream and step at most (default 4; each stream drafts 2 more after a "
+                        "step that accepted all its drafts, 1 fewer after a rejection)")
     p.add_argument("--shutdown-timeout", type=float, default=10.0,
                    help="on SIGTERM, seconds running requests get to finish before they end with an error (default 10)")
     p.add_argument("--allowed-hosts", type=names, default=None,

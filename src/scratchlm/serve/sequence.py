@@ -83,6 +83,7 @@ class Sequence:
     started: bool = False  # start() ran (a preempted sequence comes back without a second start)
     draft_kv: Any = None  # speculative decoding with a draft model: its BlockTable in the draft's pool
     draft_fed: list[int] = field(default_factory=list)  # the tokens whose draft K/V that table holds
+    draft_len: int | None = None  # speculative decoding: this row's next draft length (None: Speculation.k)
 
     @classmethod
     def create(

@@ -174,7 +174,8 @@ class SpeculativeRows(CountedRows):
         for s in rows:
             left = min(s.max_tokens - len(s.tokens), self.context - len(s.prompt) - len(s.tokens)) - 1
             ok = s.constraint is None and s.top_logprobs is None
-            ks.append(max(0, min(self.spec.k, left)) if ok else 0)
+            want = self.spec.k if s.draft_len is None else s.draft_len
+            ks.append(max(0, min(want, left)) if ok else 0)
         if self.draft is not None:
             return self.draft.propose(rows, ks)
         return [(ngram_draft(s.prompt + s.tokens, k, self.spec.ngram) if k else [], None) for s, k in zip(rows, ks)]
@@ -203,5 +204,7 @@ class SpeculativeRows(CountedRows):
                 out[b] = [(t, None) for t in tokens]
                 self.drafted += len(d)
                 self.accepted += len(tokens) - 1
+                s.draft_len = self.spec.next_len(self.spec.k if s.draft_len is None else s.draft_len, len(d),
+                                                 len(tokens) - 1)
             s.kv.length = before[b] + len(out[b])  # keep [last, accepted drafts]
         return out

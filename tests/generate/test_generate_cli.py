@@ -84,3 +84,25 @@ def test_chat_drops_oldest_turns_when_context_is_full(checkpoint, capsys, monkey
     assert main(["chat", "--checkpoint", str(ckpt), "--max-new-tokens", str(max_new)]) == 0
     captured = capsys.readouterr()
     assert "dropped" in captured.err and captured.out.count("\n") == 3
+
+
+@pytest.mark.parametrize("flags", [["--speculative", "ngram", "--draft-tokens", "3"], ["--draft-model", "SELF"]])
+def test_generate_cli_speculative_prints_the_plain_greedy_text(checkpoint, capsys, flags) -> None:
+    """--speculative ngram / --draft-model (the model drafting for itself: every draft accepted) print exactly
+    the engine's plain greedy text."""
+    ckpt, model, tok = checkpoint
+    flags = [str(ckpt) if f == "SELF" else f for f in flags]
+    prompt = "ROMEO: a rose, a rose, a rose, a rose by any"
+    assert main(["generate", "--checkpoint", str(ckpt), "--prompt", prompt, "--max-new-tokens", "24",
+                 "--decode", "fast", *flags]) == 0
+    want = expected_text(model, tok, tok.encode(prompt), 24, decode="fast")
+    assert len(want) > 5 and capsys.readouterr().out == want + "\n"
+
+
+def test_generate_cli_speculative_errors_are_one_line(checkpoint, capsys) -> None:
+    ckpt, _, _ = checkpoint
+    assert main(["generate", "--checkpoint", str(ckpt), "--prompt", "hi", "--speculative", "draft"]) == 2
+    assert "needs --draft-model" in capsys.readouterr().err
+    assert main(["generate", "--checkpoint", str(ckpt), "--prompt", "hi", "--speculative", "ngram",
+                 "--draft-tokens", "0"]) == 2
+    assert "--draft-tokens 0 must be in [1, 32]" in capsys.readouterr().err

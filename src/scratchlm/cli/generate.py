@@ -2,6 +2,7 @@
 
     scratchlm generate --checkpoint runs/tiny --prompt "Once upon a time" --max-new-tokens 100 \
         --temperature 0.8 --top-p 0.95 --seed 0
+    scratchlm generate --checkpoint model.gguf --prompt "..." --speculative ngram      (prompt-lookup drafts)
 --checkpoint names a scratchlm checkpoint dir, an HF model dir or a .gguf file (scratchlm.load.model_loader); the
 model's own tokenizer and end-of-reply tokens are used. Sampling flags map one-to-one onto
 scratchlm.generate.SamplingParams; the shared flag helpers live here (chat uses them).
@@ -18,6 +19,7 @@ import torch
 from scratchlm.generate.decode_step import DECODE_MODES
 from scratchlm.generate.prefill import PREFILL_MODES
 from scratchlm.generate.sampling import SamplingParams
+from scratchlm.generate.speculative import SPEC_METHODS, Speculation
 from scratchlm.generate.streaming import stream_generate
 from scratchlm.load import LoadedModel, load_pretrained
 from scratchlm.load.tokenizers import load_tokenizer_dir
@@ -134,9 +136,40 @@ def run_generate(args: argparse.Namespace) -> int:
     kw = sampling_kwargs(args)
     n_new = fit_max_new_tokens(args, len(prompt), loaded.model.config.max_seq_len)
     write_stream(stream_generate(loaded.model, loaded.tokenizer, prompt, n_new,
-                                 stop_token_ids=loaded.stop_token_ids, **kw))
+                                 stop_token_ids=loaded.stop_token_ids, speculative=speculation(args, loaded), **kw))
     sys.stdout.write("\n")
     return 0
+
+
+def speculation(args: argparse.Namespace, loaded: LoadedModel) -> Speculation | None:
+    """--speculative / --draft-model / --draft-tokens as a Speculation (None: off); the draft model must share
+    the target's vocabulary."""
+    method = "draft" if args.draft_model and args.speculative is None else args.speculative
+    if method is None:
+        return None
+    if method == "draft" and not args.draft_model:
+        raise ValueError("--speculative draft needs --draft-model PATH (a small model with the same tokenizer)")
+    draft = None
+    if method == "draft":
+        draft = load_pretrained(args.draft_model, dtype=DTYPES[args.dtype], attn_impl=args.attn).model
+        if draft.config.vocab_size != loaded.model.config.vocab_size:
+            raise ValueError(f"--draft-model {args.draft_model} has {draft.config.vocab_size} tokens and the model "
+                             f"{loaded.model.config.vocab_size}: a draft must share the model's tokenizer")
+    if not 1 <= args.draft_tokens <= 32:
+        raise ValueError(f"--draft-tokens {args.draft_tokens} must be in [1, 32]")
+    return Speculation(method, k=args.draft_tokens, draft_model=draft)
+
+
+def add_speculative_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--speculative", choices=SPEC_METHODS, default=None,
+                   help="speculative decoding: draft up to --draft-tokens tokens, check them in one forward; ngram = "
+                        "prompt lookup (code edits, summaries, quotes), draft = --draft-model. The same text when "
+                        "greedy, the same distribution when sampling; default off")
+    p.add_argument("--draft-model", default=None, metavar="PATH",
+                   help="a small model with the same tokenizer that drafts for --speculative draft (implies it)")
+    p.add_argument("--draft-tokens", type=int, default=4, metavar="K",
+                   help="tokens drafted per forward at most (default 4; 2 more after all were accepted, 1 fewer "
+                        "after a rejection)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -144,4 +177,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     p.add_argument("--prompt", required=True, help="text to continue")
     add_sampling_args(p, max_new_tokens=128)
+    add_speculative_args(p)
     p.set_defaults(func=run_generate)

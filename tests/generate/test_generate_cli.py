@@ -64,10 +64,12 @@ def test_generate_cli_errors_are_one_line(checkpoint, capsys) -> None:
     assert "top_p" in capsys.readouterr().err
 
 
-def test_chat_cli_multi_turn(checkpoint, capsys, monkeypatch) -> None:
+@pytest.mark.parametrize("extra", [[], ["--speculative", "ngram"]])
+def test_chat_cli_multi_turn(checkpoint, capsys, monkeypatch, extra) -> None:
+    """Two turns in the model's template; with --speculative ngram the same replies."""
     ckpt, model, tok = checkpoint
     monkeypatch.setattr("sys.stdin", io.StringIO("Hello there\nWhat now?\n/exit\n"))
-    assert main(["chat", "--checkpoint", str(ckpt), "--max-new-tokens", "12", "--system", "Be brief."]) == 0
+    assert main(["chat", "--checkpoint", str(ckpt), "--max-new-tokens", "12", "--system", "Be brief.", *extra]) == 0
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
     reply1 = expected_text(model, tok, render_chat(tok, messages, add_generation_prompt=True)[0], 12)
     messages += [{"role": "assistant", "content": reply1}, {"role": "user", "content": "What now?"}]

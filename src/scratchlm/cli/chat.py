@@ -20,7 +20,8 @@ import argparse
 import sys
 from typing import Any
 
-from scratchlm.cli.generate import add_model_args, add_sampling_args, load_for_generation, sampling_kwargs, write_stream
+from scratchlm.cli.generate import (add_model_args, add_sampling_args, add_speculative_args, load_for_generation,
+                                    sampling_kwargs, speculation, write_stream)
 from scratchlm.generate.streaming import stream_generate
 
 
@@ -72,7 +73,7 @@ def chat_turn(loaded, messages: list[dict], budget: int, explicit: bool, kw: dic
 
 def run_chat(args: argparse.Namespace) -> int:
     loaded = load_for_generation(args)
-    kw = sampling_kwargs(args)
+    kw = {**sampling_kwargs(args), "speculative": speculation(args, loaded)}
     budget = reply_budget(args, loaded.model.config.max_seq_len)
     failed = 0
     system = [{"role": "system", "content": args.system}] if args.system else []
@@ -116,4 +117,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     p.add_argument("--system", default="", help="system message kept at the top of the conversation")
     add_sampling_args(p, max_new_tokens=256)
+    add_speculative_args(p)
     p.set_defaults(func=run_chat)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 import torch
 
 from scratchlm.serve import API_KEY_ENV
+from serve_helpers import wait_for_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -62,24 +62,6 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory, shared_data: Path)
     return build_tiny_checkpoint(tmp_path_factory.mktemp("serve") / MODEL, shared_data / "tinyshakespeare.txt")
 
 
-def _wait_for_url(process: subprocess.Popen, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    assert process.stdout is not None
-    line = process.stdout.readline()  # blocks until the server prints its address (or exits)
-    if "serving" not in line:
-        process.kill()
-        raise RuntimeError(f"server did not start (printed {line!r}); see server.log beside the checkpoint")
-    url = line.split(" on ", 1)[1].split()[0]
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return url
-        except httpx.TransportError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"server at {url} did not answer /health within {timeout}s")
-
-
 @pytest.fixture(scope="session")
 def server(tiny_checkpoint: Path) -> LiveServer:
     cmd = [sys.executable, "-m", "scratchlm.cli.main", "serve", "--checkpoint", str(tiny_checkpoint), "--port", "0",
@@ -88,7 +70,7 @@ def server(tiny_checkpoint: Path) -> LiveServer:
     env = {**os.environ, API_KEY_ENV: API_KEY}  # the key from the environment: not visible in `ps`
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
     try:
-        yield LiveServer(_wait_for_url(process, 120), tiny_checkpoint, process)
+        yield LiveServer(wait_for_url(process, 120), tiny_checkpoint, process)
     finally:
         log.close()
         process.terminate()

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from typing import Any
 
+import httpx
 import openai
 
 from scratchlm.generate.streaming import stream_generate
@@ -34,3 +37,22 @@ def ref_chat(reference: tuple, messages: list[dict], max_tokens: int, **sampling
     model, tok = reference
     ids, _ = render_chat(tok, messages, add_generation_prompt=True)
     return "".join(stream_generate(model, tok, ids, max_tokens, **sampling))
+
+
+def wait_for_url(process: subprocess.Popen, timeout: float) -> str:
+    """The URL a `scratchlm serve` subprocess prints, once its /health answers (RuntimeError past timeout)."""
+    deadline = time.monotonic() + timeout
+    assert process.stdout is not None
+    line = process.stdout.readline()  # blocks until the server prints its address (or exits)
+    if "serving" not in line:
+        process.kill()
+        raise RuntimeError(f"server did not start (printed {line!r}); see server.log beside the checkpoint")
+    url = line.split(" on ", 1)[1].split()[0]
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return url
+        except httpx.TransportError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"server at {url} did not answer /health within {timeout}s")

@@ -14,7 +14,7 @@ import jsonschema
 import openai
 import pytest
 
-from conftest import _wait_for_url
+from serve_helpers import wait_for_url
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 CITY = {"type": "object", "properties": {"name": {"type": "string"}, "population": {"type": "integer"},
@@ -29,7 +29,7 @@ def smol_server(smollm2_gguf, tmp_path_factory):
            "--threads", "1", "--model-name", "smol", "--max-batch", "4", "--max-context", "1024"]  # KV: 180 MiB, not 11 GiB
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
     try:
-        yield _wait_for_url(process, 300)
+        yield wait_for_url(process, 300)
     finally:
         process.terminate()
         process.wait(timeout=30)

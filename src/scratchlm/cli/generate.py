@@ -162,9 +162,9 @@ def speculation(args: argparse.Namespace, loaded: LoadedModel) -> Speculation | 
 
 def add_speculative_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speculative", choices=SPEC_METHODS, default=None,
-                   help="speculative decoding: draft up to --draft-tokens tokens, check them in one forward; ngram = "
-                        "prompt lookup (code edits, summaries, quotes), draft = --draft-model. The same text when "
-                        "greedy, the same distribution when sampling; default off")
+                   help="speculative decoding: draft up to --draft-tokens tokens (per stream in serve), check them "
+                        "in one forward; ngram = prompt lookup (code edits, summaries, quotes), draft = --draft-model. "
+                        "The same text when greedy, the same distribution when sampling; default off")
     p.add_argument("--draft-model", default=None, metavar="PATH",
                    help="a small model with the same tokenizer that drafts for --speculative draft (implies it)")
     p.add_argument("--draft-tokens", type=int, default=4, metavar="K",

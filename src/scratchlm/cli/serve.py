@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from scratchlm.cli.generate import DTYPES
+from scratchlm.cli.generate import DTYPES, add_speculative_args
 from scratchlm.generate.prefill import PREFILL_MODES
-from scratchlm.generate.speculative import SPEC_METHODS
 from scratchlm.serve import API_KEY_ENV
 from scratchlm.serve.kv_space import DEFAULT_KV_CACHE_MB
 from scratchlm.serve.scheduler import SERVE_DECODE_MODES  # torch only; fastapi/uvicorn stay lazy
@@ -88,16 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the running streams' decode steps (default 512)")
     p.add_argument("--prefix-cache-mb", type=float, default=256.0,
                    help="memory for the K/V of shared prompt prefixes, reused across requests (default 256; 0 = off)")
-    p.add_argument("--speculative", choices=SPEC_METHODS, default=None,
-                   help="speculative decoding: every stream drafts --draft-tokens tokens per step, one forward checks "
-                        "them all; ngram = prompt lookup (drafts from the prompt and reply so far: code edits, "
-                        "summaries, quotes), draft = --draft-model. Greedy replies are unchanged, sampled ones keep "
-                        "their distribution; default off")
-    p.add_argument("--draft-model", default=None, metavar="PATH",
-                   help="a small model with the same tokenizer that drafts for --speculative draft (implies it)")
-    p.add_argument("--draft-tokens", type=int, default=4, metavar="K",
-                   help="tokens drafted per stream and step at most (default 4; each stream drafts 2 more after a "
-                        "step that accepted all its drafts, 1 fewer after a rejection)")
+    add_speculative_args(p)  # --speculative, --draft-model, --draft-tokens (per stream here)
     p.add_argument("--shutdown-timeout", type=float, default=10.0,
                    help="on SIGTERM, seconds running requests get to finish before they end with an error (default 10)")
     p.add_argument("--allowed-hosts", type=names, default=None,

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from scratchlm.nn.chunk_attention import causal_chunk_attention, chunk_attention_applies
 from scratchlm.nn.kv_cache import KVCache
 from scratchlm.nn.linear import Linear
 from scratchlm.nn.masks import causal_mask, combine_masks
@@ -98,7 +99,8 @@ def sdpa_attention(
     softcap: float | None = None,
 ) -> torch.Tensor:
     """Fast path: torch's fused F.scaled_dot_product_attention, same contract (and shapes) as the reference.
-    torch's kernel has no soft-capping: with `softcap` this runs the reference math."""
+    torch's kernel has no soft-capping: with `softcap` this runs the reference math. A causal chunk over a
+    cached prefix with nothing else masked runs as two unmasked calls (nn/chunk_attention.py)."""
     if softcap is not None:
         return scaled_dot_product_attention(q, k, v, mask, is_causal, scale, softcap)
     _, h, kvh = check_attention_shapes(q, k, v, mask)
@@ -106,6 +108,8 @@ def sdpa_attention(
     t, s = q.shape[-2], k.shape[-2]
     if mask is None and (not is_causal or t == s):
         return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=gqa)
+    if mask is None and is_causal and chunk_attention_applies(q, k):
+        return causal_chunk_attention(q, k, v, scale)  # a prompt chunk over a cached prefix, unmasked calls
     if is_causal:  # torch's is_causal aligns top-left when t != s; ours is bottom-right (queries are last)
         mask = combine_masks(mask, causal_mask(t, s, start=s - t, device=q.device))
     live = mask.any(dim=-1, keepdim=True)  # rows with at least one visible key

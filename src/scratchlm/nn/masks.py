@@ -47,10 +47,12 @@ def layer_mask(t: int, s: int, start: int, key_padding: torch.Tensor | None, win
     False) means every key is visible (one decode step without padding or window)."""
     if window is not None and s <= window:
         window = None  # the window reaches back past slot 0: nothing to cut
+    if key_padding is not None and bool(key_padding.all()):
+        key_padding = None  # no key is padding (one prompt, or rows of one length): no mask needed
     if key_padding is not None:
         return causal_mask(t, s, start, device, window) & padding_to_attention_mask(key_padding), False
     if window is not None:
         return causal_mask(t, s, start, device, window), False
-    if start == 0:
-        return None, True
-    return (None, False) if t == 1 else (causal_mask(t, s, start, device), False)
+    # queries are the last T slots (start = s - T), so is_causal (bottom-right) is the whole mask: the fast
+    # path then runs its causal kernel, or for a chunk over a cached prefix nn/chunk_attention.py
+    return (None, False) if t == 1 and start > 0 else (None, True)

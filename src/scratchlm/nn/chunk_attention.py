@@ -7,7 +7,7 @@ Split at P instead, each part in one unmasked (or square-causal) call that also 
 
     prefix  o1, l1 = attention(Q, K[:P], V[:P])                   l1 = log sum_j<P exp(q k_j * scale)
     chunk   o2, l2 = attention(Q, K[P:], V[P:], causal square)    l2 = log sum_P<=j<=P+i exp(...)
-    merge   l = logaddexp(l1, l2),   out = o1 exp(l1 - l) + o2 exp(l2 - l)
+    merge   l = logaddexp(l1, l2),   out = o1 exp(l1 - l) + o2 exp(l2 - l) = lerp(o2, o1, sigmoid(l1 - l2))
 
 which is softmax over all S keys (each part's softmax reweighted by its share of the total mass). The prefix
 part runs GQA as one matrix per kv head (the G query heads sharing it stacked as G T rows: K and V read once).
@@ -44,8 +44,5 @@ def causal_chunk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sc
     if g > 1:
         kn, vn = kn.repeat_interleave(g, dim=1), vn.repeat_interleave(g, dim=1)
     o2, l2 = _FLASH_CPU(q, kn, vn, is_causal=True, scale=scale)  # square: causal is the diagonal form
-    m = torch.maximum(l1, l2)
-    w1, w2 = (l1 - m).exp_(), (l2 - m).exp_()  # (B, H, T): each part's share of the softmax mass
-    total = w1 + w2
-    out = o1.float() * (w1 / total)[..., None] + o2.float() * (w2 / total)[..., None]
-    return out.to(q.dtype)
+    share = torch.sigmoid(l1 - l2)[..., None]  # (B, H, T, 1): exp(l1 - l) = 1 / (1 + exp(l2 - l1))
+    return torch.lerp(o2.float(), o1.float(), share).to(q.dtype)  # o2 + share (o1 - o2)

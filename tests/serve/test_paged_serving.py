@@ -60,7 +60,7 @@ def test_every_step_equals_the_full_forward_and_blocks_hold_the_contiguous_kv(de
     """fast: the C++ step on the block tables (NativeRows); fast-staged: the torch fast step on a SlotCache
     window (as without the kernels); fast-windows: any padding opens another window (up to 4)."""
     if decode in ("fast-staged", "fast-windows"):
-        monkeypatch.setattr("scratchlm.serve.scheduler.native_decoder", lambda model, mode: None)
+        monkeypatch.setattr("scratchlm.serve.batch_rows.native_decoder", lambda model, mode: None)
     if decode == "fast-windows":
         monkeypatch.setattr("scratchlm.serve.batch_rows.WASTE_LIMIT", 0)
     model = model_of(window)
@@ -194,7 +194,7 @@ def test_speculative_rows_emit_the_engines_greedy_tokens(method, decode, monkeyp
     from scratchlm.generate.speculative import Speculation
 
     if decode == "fast-packed":
-        monkeypatch.setattr("scratchlm.serve.speculation.native_decoder", lambda model, mode: None)
+        monkeypatch.setattr("scratchlm.serve.batch_rows.native_decoder", lambda model, mode: None)
     decode, packed = decode.split("-")[0], decode.endswith("packed")
 
     model = model_of(6, std=0.1)

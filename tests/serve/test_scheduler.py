@@ -55,7 +55,7 @@ def run_staggered(sched: Scheduler, seqs: list[Sequence], join_every: int = 1) -
 
 def torch_fast_step(monkeypatch) -> None:
     """Serve the fast modes through the torch fast step on SlotCache windows, as without the C++ kernels."""
-    monkeypatch.setattr("scratchlm.serve.scheduler.native_decoder", lambda model, mode: None)
+    monkeypatch.setattr("scratchlm.serve.batch_rows.native_decoder", lambda model, mode: None)
 
 
 @pytest.mark.parametrize("decode", ["model", "fast", "fast-staged"])

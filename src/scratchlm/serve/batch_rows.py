@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from scratchlm.generate.decode_step import DecodeStep
+from scratchlm.generate.decode_step import DecodeStep, native_decoder
 from scratchlm.generate.fast_decode import FastDecoder
 from scratchlm.model import TransformerLM
 from scratchlm.nn.paged_kv_cache import PagedKVCache
@@ -30,6 +30,13 @@ from scratchlm.serve.slot_cache import SlotCache
 
 WASTE_LIMIT = 512  # padded slot-rows a window may take on for a new row before it gets a window of its own
 MAX_WINDOWS = 4
+
+
+def pool_decoder(model: TransformerLM, decode: str, space: KVSpace) -> FastDecoder | None:
+    """The decode mode's FastDecoder with a C++ step that can run on space's block tables (an fp32 pool), or
+    None: then the rows go through the torch step or the forward."""
+    native = native_decoder(model, decode)
+    return native if native is not None and space.pool.k.dtype == torch.float32 else None
 
 
 def _inputs(rows: list[Sequence], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -34,12 +34,12 @@ from typing import Any
 
 import torch
 
-from scratchlm.generate.decode_step import DECODE_MODES, DecodeStep, chunk_decoder, make_decode_step, native_decoder
+from scratchlm.generate.decode_step import DECODE_MODES, DecodeStep, chunk_decoder, make_decode_step
 from scratchlm.generate.prefill import PREFILL_MODES
 from scratchlm.model import TransformerLM
 from scratchlm.nn.paged_kv_cache import BlockTable, PoolExhausted
 from scratchlm.generate.speculative import Speculation
-from scratchlm.serve.batch_rows import NativeRows, PagedRows, StagedRows
+from scratchlm.serve.batch_rows import NativeRows, PagedRows, StagedRows, pool_decoder
 from scratchlm.serve.joining import Joiner, prefill_step
 from scratchlm.serve.scheduler_thread import QueueFull, SchedulerStats, SchedulerThread
 from scratchlm.serve.kv_space import BLOCK, KVSpace
@@ -83,7 +83,7 @@ class Scheduler(SchedulerThread):
             self.rows_impl = SpeculativeRows(self.model, self.space, speculation, decode, self.context, kv_blocks)
         elif decode == "model":
             self.rows_impl = PagedRows(self.space, self._flushing(make_decode_step(self.model, decode)))
-        elif (native := native_decoder(self.model, decode)) is not None and self.space.pool.k.dtype == torch.float32:
+        elif (native := pool_decoder(self.model, decode, self.space)) is not None:
             # the C++ step reads and writes the rows' blocks itself
             self.rows_impl = NativeRows(self.space, native, self._flushing)
         else:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import torch
 
-from scratchlm.generate.decode_step import native_decoder
 from scratchlm.generate.fast_decode import FastDecoder
 from scratchlm.generate.prefill import CHUNK_MAX_ROWS
 from scratchlm.generate.sampling import process_logits
@@ -29,7 +28,7 @@ from scratchlm.generate.speculative import Speculation, accept_draft, forward_fn
 from scratchlm.model import TransformerLM
 from scratchlm.nn.paged_kv_cache import BlockTable, PagedKVCache
 from scratchlm.nn.softmax import softmax
-from scratchlm.serve.batch_rows import CountedRows
+from scratchlm.serve.batch_rows import CountedRows, pool_decoder
 from scratchlm.serve.kv_space import KVSpace
 from scratchlm.serve.sequence import LogprobInfo, Sequence
 from scratchlm.serve.token_choice import choose_tokens
@@ -76,8 +75,7 @@ class DraftModelRows:
         self.model = draft.eval()
         self.space = KVSpace(draft, blocks)
         self.forward = forward_fn(draft, decode)
-        native = native_decoder(draft, decode) if decode != "model" else None
-        self.native = native if native is not None and self.space.pool.k.dtype == torch.float32 else None
+        self.native = pool_decoder(draft, decode, self.space)
 
     def _last_logits(self, tables: list[BlockTable], feeds: list[list[int]], starts: list[int]) -> torch.Tensor:
         """The last token's logits (n, V) of every feed: the draft's C++ step for short feeds (the one-token
@@ -154,8 +152,7 @@ class SpeculativeRows(CountedRows):
                  draft_blocks: int = 0) -> None:
         self.space, self.spec, self.context = space, spec, context
         self.forward = forward_fn(model, decode)
-        native = native_decoder(model, decode) if decode != "model" else None
-        self.native = native if native is not None and space.pool.k.dtype == torch.float32 else None
+        self.native = pool_decoder(model, decode, space)
         self.draft = None if spec.method != "draft" else DraftModelRows(spec.draft_model, draft_blocks, decode)
         self.count = 0
         self.drafted = self.accepted = 0  # draft tokens proposed / accepted so far (for /health)

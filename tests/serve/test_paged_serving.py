@@ -273,3 +273,49 @@ def test_lone_short_chunks_run_the_decode_steps_cpp_chunk(window):
     with torch.no_grad():
         torch.testing.assert_close(seen[1][1][0], model(torch.tensor([prompt]))[0, -1], **TOL)
     assert outs[0] == outs[1]
+
+
+def test_a_wave_of_mixed_chunks_runs_sets_of_one_size_in_cpp_and_the_rest_in_the_forward(monkeypatch):
+    """Prompts arriving together with cached prefixes of different lengths leave chunks of mixed sizes: the
+    sets of one size go through the C++ step (smallest first, within NATIVE_STEP_TOKENS), the rest through one
+    padded forward. Every joiner's last logits equal its prompt's full forward, and the K/V in its blocks equal
+    those of the same wave prefilled by the forward alone."""
+    from scratchlm.generate.decode_step import chunk_decoder
+    from scratchlm.serve import joining
+    from scratchlm.serve.joining import Joiner, prefill_step
+    from scratchlm.serve.kv_space import KVSpace
+
+    model = model_of()
+    monkeypatch.setattr(joining, "NATIVE_STEP_TOKENS", 12)
+    g = torch.Generator().manual_seed(11)
+    cached, sizes = [7, 20, 3, 16, 9, 5], [1, 1, 4, 1, 9, 6]  # sets: 1 x3, 4 -> C++ (7 tokens); 6, 9 -> forward
+    prompts = [torch.randint(0, 256, (c + n,), generator=g).tolist() for c, n in zip(cached, sizes)]
+    runs = {}
+    for name, decoder in (("mixed", chunk_decoder(model, "fast")), ("forward", None)):
+        space = KVSpace(model, 64)
+        joiners = []
+        for p, c in zip(prompts, cached):
+            table = space.start(p)
+            assert space.grow(table, len(p))
+            prefill_step(model, space, [Joiner(p[:c], [], table)], 1000, "model")  # the "cached" part
+            joiners.append(Joiner(p, [], table, cached=c))
+        native, forward = [], []
+        if decoder is not None:
+            paged = decoder.paged
+            decoder.paged = lambda ids, *a, **kw: native.append(list(ids.shape)) or paged(ids, *a, **kw)
+        run_group = joining._run_group
+        monkeypatch.setattr(joining, "_run_group",
+                            lambda m, s, group, mode: forward.append([n for _, n in group]) or run_group(m, s, group, mode))
+        prefill_step(model, space, joiners, 1000, "model", decoder)
+        runs[name] = (space, joiners, native, forward)
+        monkeypatch.setattr(joining, "_run_group", run_group)
+    space, joiners, native, forward = runs["mixed"]
+    assert sorted(native) == [[1, 4], [3, 1]] and forward == [[9, 6]]
+    assert runs["forward"][2] == [] and sorted(sum(runs["forward"][3], [])) == [1, 1, 1, 4, 6, 9]
+    ref_space, ref_joiners = runs["forward"][:2]
+    with torch.no_grad():
+        for j, r, p in zip(joiners, ref_joiners, prompts):
+            assert j.done
+            torch.testing.assert_close(j.logits, model(torch.tensor([p]))[0, -1], **TOL)
+            for mine, theirs in zip(space.pool.read(j.table), ref_space.pool.read(r.table)):
+                torch.testing.assert_close(mine, theirs, **TOL)

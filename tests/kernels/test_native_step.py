@@ -24,6 +24,8 @@ VARIANTS = {
     "gqa-interleaved-untied": dict(n_kv_heads=2, rope_style="interleaved", tie_embeddings=False),
     "mha-qkv-bias": dict(n_kv_heads=4, qkv_bias=True),
     "mqa": dict(n_kv_heads=1),
+    "qk-norm-head": dict(n_kv_heads=2, qk_norm=True),  # Qwen3
+    "qk-norm-projection": dict(n_kv_heads=2, qk_norm=True, qk_norm_scope="projection", tie_embeddings=False),
     "sliding-window-yarn": dict(n_kv_heads=2, sliding_window=4, layer_types=("sliding_attention", "full_attention"),
                                 rope_scaling={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 24}),
 }
@@ -96,7 +98,7 @@ def test_native_step_on_gguf_blocks(b: int) -> None:
 
 
 def test_unsupported_configs_keep_the_torch_step() -> None:
-    assert FastDecoder(model(n_kv_heads=2, qk_norm=True)).native is None
+    assert FastDecoder(model(n_kv_heads=2, qk_norm=True, norm_placement="output")).native is None  # OLMo-2
     dynamic = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 24}
     assert FastDecoder(model(n_kv_heads=2, rope_scaling=dynamic)).native is None
     assert FastDecoder(model(n_kv_heads=2), quant="int8").native is None

@@ -4,12 +4,12 @@ At ~150 tokens/s a step has ~6 ms; FastDecoder's Python loop dispatches ~35 torc
 (~1000 per step for 30 layers, several ms of overhead alone). `native_step(dec)` hands the same packed
 matrices (PackedLinear: fp32 / bf16, any ggml block type (a matrix's row parts may differ in type), or the
 A8 formats' repacked blocks, with their in/out scales and biases) and the RoPE
-tables to `LlamaStep`, which runs norm -> qkv -> RoPE -> cache write -> GQA attention -> o + residual
+tables to `LlamaStep`, which runs norm -> qkv -> [QK-norm] -> RoPE -> cache write -> GQA attention -> o + residual
 -> norm -> gate|up -> SiLU * up -> down + residual per layer (sliding-window layers read their last
 W slots), then the head. Same math as
 FastDecoder.step (tests/kernels/test_native_step.py: equal logits and caches to fp32 rounding).
 Supported: pre-norm RMSNorm, SwiGLU (always SiLU), RoPE (half or interleaved; static tables, i.e.
-every scaling but longrope/dynamic), no QK-norm, no learned or
+every scaling but longrope/dynamic), QK-norm per head (Qwen3) or per projection, no learned or
 sinusoidal positions, fp32 model and cache on CPU, any weight format but "int8" (torch's kernel).
 Anything else: None, and FastDecoder keeps its torch path.
 """
@@ -33,7 +33,7 @@ def supported(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, emb
     """True when the C++ step computes this function (see the module docstring): plain pre-norm Llama
     blocks, static full-width RoPE tables, every matrix in a kernel format, CPU memory. The decoder
     checks the rest itself (fp32, no learned positions, no second RoPE, not int8)."""
-    plain_config = (c.norm == "rmsnorm" and c.ffn == "swiglu" and not c.qk_norm and c.norm_placement == "pre"
+    plain_config = (c.norm == "rmsnorm" and c.ffn == "swiglu" and c.norm_placement == "pre"
                     and c.embedding_multiplier == 1.0 and c.logits_scaling == 1.0 and c.final_softcap is None)
     linears = [m for layer in layers for m in (layer.qkv, layer.o, layer.ffn_in, layer.down)] + [head]
     return (plain_config and all(layer.plain_llama() for layer in layers) and rope is not None
@@ -76,5 +76,7 @@ def native_step(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, e
         return None
     windows = [-1 if layer.window is None else layer.window for layer in layers]
     table, fmt = _table(embed)
+    qk_gains = [torch.empty(0) if layer.qk_gain is None else layer.qk_gain.float() for layer in layers]
     return mod.LlamaStep(table, fmt, c.d_model, rope.cos.float(), rope.sin.float(), c.n_heads, c.n_kv_heads,
-                         c.head_dim, c.norm_eps, rope.style == "half", kernel_layers, kernel_head, windows)
+                         c.head_dim, c.norm_eps, rope.style == "half", kernel_layers, kernel_head, windows, qk_gains,
+                         c.qk_norm_scope == "projection")

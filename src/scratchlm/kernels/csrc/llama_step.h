@@ -3,6 +3,8 @@
 // layer, the matrices in any matrix_ref.h format. Per layer, for every row b of the batch:
 //   xn  = x * rsqrt(sum(x^2) / D + eps)                    (the norm gain lives in the next matrix)
 //   qkv = Wqkv(xn)                                         (q rows carry 1/sqrt(Hd))
+//   [QK-norm] q_h = rms(q_h) g_q, k_h = rms(k_h) g_k       (per head over Hd, or over the whole H Hd / KvH Hd
+//                                                          projection; 1/sqrt(Hd) then lives in g_q: Qwen3, OLMo-2)
 //   q, k = q * cos + rot(q) * sin, k likewise              (rot: (a, b) -> (-b, a) over the style's pairs)
 //   cache[l, b, :, s] = k, v
 //   a_h = softmax_t(q_h . k_t + mask_t) v_t  over slots t <= s, KV head h / G (GQA)
@@ -75,14 +77,16 @@ struct LlamaStep {
   std::vector<std::vector<Linear>> layers;  // per layer: qkv, o, gate|up, down
   Linear head;
   std::vector<int64_t> windows;  // per layer: sliding window W (attend slots [S - W, S)), or -1
+  std::vector<torch::Tensor> qk_gains;  // per layer: fp32 (H + KvH, Hd) QK-norm gains, or empty (no QK-norm)
+  bool qk_projection;                   // QK-norm over the whole q / k projection instead of each head
 
   LlamaStep(torch::Tensor embed_, int64_t embed_format_, int64_t D_, torch::Tensor cos_, torch::Tensor sin_,
             int64_t H_, int64_t KvH_, int64_t Hd_, double eps_, bool half_, std::vector<std::vector<Linear>> layers_,
-            Linear head_, std::vector<int64_t> windows_)
+            Linear head_, std::vector<int64_t> windows_, std::vector<torch::Tensor> qk_gains_, bool qk_projection_)
       : embed(embed_.contiguous()), cos(cos_.contiguous()), sin(sin_.contiguous()),
         embed_format(static_cast<int>(embed_format_)), V(embed_.size(0)), D(D_), H(H_), KvH(KvH_), Hd(Hd_),
         eps(static_cast<float>(eps_)), half_style(half_), layers(std::move(layers_)), head(std::move(head_)),
-        windows(std::move(windows_)) {
+        windows(std::move(windows_)), qk_gains(std::move(qk_gains_)), qk_projection(qk_projection_) {
     TORCH_CHECK(cos.scalar_type() == torch::kFloat32, "fp32 RoPE tables expected");
     if (embed_format == F32) {
       TORCH_CHECK(embed.scalar_type() == torch::kFloat32 && embed.dim() == 2 && embed.size(1) == D,
@@ -94,6 +98,12 @@ struct LlamaStep {
                   "a block embedding table must be uint8 (V, row bytes of its format)");
     }
     TORCH_CHECK(windows.size() == layers.size(), "one window (or -1) per layer");
+    TORCH_CHECK(qk_gains.size() == layers.size(), "one QK-norm gain tensor (or an empty one) per layer");
+    for (auto& g : qk_gains) {
+      if (g.numel() == 0) continue;
+      g = g.to(torch::kFloat32).contiguous();
+      TORCH_CHECK(g.dim() == 2 && g.size(0) == H + KvH && g.size(1) == Hd, "QK-norm gains must be (H + KvH, Hd)");
+    }
     TORCH_CHECK(cos.dim() == 2 && cos.size(1) == Hd && sin.sizes() == cos.sizes(), "cos/sin must be (T_max, Hd)");
     for (const auto& l : layers) TORCH_CHECK(l.size() == 4, "a layer is (qkv, o, gate|up, down)");
   }
@@ -122,6 +132,22 @@ struct LlamaStep {
       const float ss = dot_product(x + b * D, x + b * D, D);
       const float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
       for (int64_t i = 0; i < D; ++i) out[b * D + i] = x[b * D + i] * r;
+    }
+  }
+
+  // QK-norm of one token's q and k heads (row: (H + KvH) x Hd, q heads first) with layer l's gains g:
+  // v <- v * rsqrt(sum(v^2) / n + eps) * g over each head (n = Hd), or over all q heads and all k heads at once.
+  void qk_norm(float* row, int64_t l) const {
+    const float* g = qk_gains[l].data_ptr<float>();
+    auto norm = [&](float* v, const float* gain, int64_t n) {
+      const float r = 1.0f / std::sqrt(dot_product(v, v, n) / static_cast<float>(n) + eps);
+      for (int64_t j = 0; j < n; ++j) v[j] = v[j] * r * gain[j];
+    };
+    if (qk_projection) {
+      norm(row, g, H * Hd);
+      norm(row + H * Hd, g + H * Hd, KvH * Hd);
+    } else {
+      for (int64_t h = 0; h < H + KvH; ++h) norm(row + h * Hd, g + h * Hd, Hd);
     }
   }
 
@@ -257,6 +283,7 @@ struct LlamaStep {
         const float* cs = cos.data_ptr<float>() + pp[r] * Hd;
         const float* sn = sin.data_ptr<float>() + pp[r] * Hd;
         float* row = &qkv[r * QKV];
+        if (qk_gains[l].numel()) qk_norm(row, l);
         for (int64_t h = 0; h < H + KvH; ++h) rope(row + h * Hd, cs, sn, tmp.data());
         for (int64_t h = 0; h < KvH; ++h) {
           const int64_t slot = kv.offset(l, b, h, kv.start(b) + c);

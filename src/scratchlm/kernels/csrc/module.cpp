@@ -139,7 +139,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::class_<scratchlm::LlamaStep>(m, "LlamaStep")
       .def(pybind11::init<torch::Tensor, int64_t, int64_t, torch::Tensor, torch::Tensor, int64_t, int64_t, int64_t,
                           double, bool, std::vector<std::vector<scratchlm::Linear>>, scratchlm::Linear,
-                          std::vector<int64_t>>())
+                          std::vector<int64_t>, std::vector<torch::Tensor>, bool>())
       .def("step", &scratchlm::LlamaStep::step, nogil())
       .def("chunk", &scratchlm::LlamaStep::chunk, nogil())
       .def("paged", &scratchlm::LlamaStep::paged, nogil());

@@ -25,7 +25,20 @@ VARIANTS = {
     "mha-qkv-bias": dict(n_kv_heads=4, qkv_bias=True),
     "mqa": dict(n_kv_heads=1),
     "qk-norm-head": dict(n_kv_heads=2, qk_norm=True),  # Qwen3
-    "qk-norm-projection": dict(n_kv_heads=2, qk_norm=True, qk_norm_scope="projection", tie_embeddings=False),
+    # OLMo-2: no input norms, output norms on both sublayers, QK-norm over the whole projections
+    "olmo2": dict(n_kv_heads=2, qk_norm=True, qk_norm_scope="projection", norm_placement="output",
+                  tie_embeddings=False),
+    # Gemma-3: GeGLU (tanh GELU), (1 + w) norms in sandwich placement, QK-norm, sqrt(D) embedding multiplier,
+    # local RoPE base on the sliding layers, a final softcap
+    "gemma3": dict(n_kv_heads=2, ffn="glu", activation="gelu_tanh", norm_unit_offset=True, norm_placement="sandwich",
+                   qk_norm=True, embedding_multiplier=8.0, rope_base=1e6, rope_local_base=1e4, sliding_window=4,
+                   layer_types=("sliding_attention", "full_attention"), final_softcap=3.0),
+    # Gemma-2: attention and final soft-capping (small caps so they bite), its own attention scale
+    "gemma2": dict(n_kv_heads=2, ffn="glu", activation="gelu_tanh", norm_placement="sandwich", attn_softcap=2.0,
+                   final_softcap=3.0, attn_scale=0.2, embedding_multiplier=8.0),
+    # Granite's multipliers; a NoPE layer (SmolLM3) and exact-GELU gate
+    "granite-nope": dict(n_kv_heads=2, embedding_multiplier=3.0, residual_multiplier=0.5, logits_scaling=4.0,
+                         nope_layers=(1,), ffn="glu", activation="gelu"),
     "sliding-window-yarn": dict(n_kv_heads=2, sliding_window=4, layer_types=("sliding_attention", "full_attention"),
                                 rope_scaling={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 24}),
 }
@@ -98,7 +111,9 @@ def test_native_step_on_gguf_blocks(b: int) -> None:
 
 
 def test_unsupported_configs_keep_the_torch_step() -> None:
-    assert FastDecoder(model(n_kv_heads=2, qk_norm=True, norm_placement="output")).native is None  # OLMo-2
+    assert FastDecoder(model(n_kv_heads=2, ffn="mlp", activation="gelu")).native is None  # no gated FFN
+    assert FastDecoder(model(n_kv_heads=2, ffn="glu", activation="relu")).native is None
+    assert FastDecoder(model(n_kv_heads=2, moe_num_experts=4)).native is None
     dynamic = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 24}
     assert FastDecoder(model(n_kv_heads=2, rope_scaling=dynamic)).native is None
     assert FastDecoder(model(n_kv_heads=2), quant="int8").native is None

@@ -98,10 +98,11 @@ class FastDecoder:
         self.local_rope = None if local_rope is None else local_rope.fused_copy()
         if rope is not None:  # over the rotary dims (all of Hd unless partial rotary)
             self.rotation = rope_rotation(rope.head_dim, rope.style, torch.float32).to(rope.cos.device)
-        plain = (self.positions is None and self.local_rope is None and self.dtype == torch.float32
+        plain = (self.positions is None and self.dtype == torch.float32
                  and quant != "int8")  # what the C++ step leaves to the torch path; it checks the rest
         # the whole step in C++ where supported (generate/native_step.py)
-        self.native = native_step(c, self.layers, self.head, self.embed, self.rope) if plain else None
+        self.native = (native_step(c, self.layers, self.head, self.embed, self.rope, self.local_rope)
+                       if plain else None)
 
     def linears(self) -> list[PackedLinear]:
         """Every packed matrix of the model (the layers', then the LM head)."""

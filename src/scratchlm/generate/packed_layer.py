@@ -4,8 +4,8 @@
     PackedLayer   fused [Wq; Wk; Wv] and [Wgate; Wup] PackedLinears with the input norm gains and the
                   attention scale folded in, output-norm gains and Granite's residual multiplier, QK-norm
                   gains laid out per head, the MoE router (experts run from the model's own weights)
-The folding identities are in generate/fast_decode.py's module docstring; `plain_llama` tells
-native_step.py whether the whole block is the plain pre-norm Llama block its C++ step computes.
+The folding identities are in generate/fast_decode.py's module docstring; generate/native_step.py hands the
+same parts to the C++ step where it computes the block.
 """
 
 from __future__ import annotations
@@ -90,12 +90,6 @@ class PackedLayer:
                 self.qk_gain = torch.stack(gains)  # (H + KvH, Hd)
             else:  # one gain per channel of the whole projection
                 self.qk_gain = torch.cat((q_gain, k_gain)).view(c.n_heads + c.n_kv_heads, c.head_dim)
-
-    def plain_llama(self) -> bool:
-        """True for a plain pre-norm Llama block: no output norms or multiplier, no soft-capping, global
-        RoPE (or the model's only RoPE), no MoE (what kernels/csrc/llama_step.h computes)."""
-        return (self.pre_norm and self.attn_out_gain is None and self.ffn_out_gain is None and self.softcap is None
-                and self.rope_kind == "global" and self.moe is None)
 
     def qk_normalize(self, qk: torch.Tensor, h: int) -> torch.Tensor:
         """QK-norm of qk (B, H + KvH, Hd) fp32: per head, or over q's and k's whole projections."""

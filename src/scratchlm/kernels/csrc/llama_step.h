@@ -1,15 +1,22 @@
-// A whole one-token decode step of a pre-norm Llama-family model (RMSNorm, RoPE, GQA, SwiGLU) in C++:
-// FastDecoder.step's math (generate/fast_decode.py) without the ~35 Python-dispatched torch ops per
-// layer, the matrices in any matrix_ref.h format. Per layer, for every row b of the batch:
-//   xn  = x * rsqrt(sum(x^2) / D + eps)                    (the norm gain lives in the next matrix)
-//   qkv = Wqkv(xn)                                         (q rows carry 1/sqrt(Hd))
+// A whole one-token decode step of an RMSNorm / RoPE / GQA / gated-FFN model (Llama, Qwen, Mistral, Gemma,
+// OLMo-2 and their kin) in C++: FastDecoder.step's math (generate/fast_decode.py) without the ~35
+// Python-dispatched torch ops per layer, the matrices in any matrix_ref.h format.
+//   x   = embed(token) * embed_scale                       (Gemma: sqrt(D))
+// per layer, for every row b of the batch (LayerSpec says which optional parts the layer has):
+//   xn  = rms(x) = x * rsqrt(sum(x^2) / D + eps)           (the norm gain lives in the next matrix; xn = x
+//                                                          where the block has no input norm: OLMo-2)
+//   qkv = Wqkv(xn)                                         (q rows carry the attention scale)
 //   [QK-norm] q_h = rms(q_h) g_q, k_h = rms(k_h) g_k       (per head over Hd, or over the whole H Hd / KvH Hd
-//                                                          projection; 1/sqrt(Hd) then lives in g_q: Qwen3, OLMo-2)
-//   q, k = q * cos + rot(q) * sin, k likewise              (rot: (a, b) -> (-b, a) over the style's pairs)
+//                                                          projection; the scale then lives in g_q: Qwen3, OLMo-2)
+//   q, k = q * cos + rot(q) * sin, k likewise              (rot: (a, b) -> (-b, a) over the style's pairs; the
+//                                                          layer's tables, global or local (Gemma-3), or none: NoPE)
 //   cache[l, b, :, s] = k, v
-//   a_h = softmax_t(q_h . k_t + mask_t) v_t  over slots t <= s, KV head h / G (GQA)
-//   x = x + Wo(a);  xn = norm(x);  [g | u] = Wgu(xn);  x = x + Wdown(silu(g) * u)
-// then logits = Whead(norm(x)). `chunk` runs C tokens per row at once (a prompt's next tokens, causal within
+//   a_h = softmax_t(cap(q_h . k_t) + mask_t) v_t  over slots t <= s, KV head h / G (GQA); cap(z) = tanh(z / c) c
+//                                                          with an attention softcap c (Gemma-2), else z
+//   x = x + Wo(a)                 or  x = x + rms(Wo(a)) g_ao      (an output norm: Gemma-2/3 sandwich, OLMo-2)
+//   xn = rms(x);  [g | u] = Wgu(xn);  f = act(g) * u       (act: SiLU, or GELU / its tanh form: Gemma's GeGLU)
+//   x = x + Wdown(f)              or  x = x + rms(Wdown(f)) g_fo
+// then logits = cap_final(Whead(rms(x)) / logits_scaling). `chunk` runs C tokens per row at once (a prompt's next tokens, causal within
 // the chunk); `step` is its one-token case; `paged` runs a chunk over a block pool's tables (the server's K/V,
 // each row at its own length). Each `Linear` is y = ((x * in_scale) W^T) * out_scale + bias, exactly as the
 // PackedLinear it mirrors.
@@ -67,6 +74,34 @@ struct PagedKV {
   bool hidden(int64_t, int64_t) const { return false; }
 };
 
+// What one layer has beyond the plain pre-norm Llama block (window, RoPE table, input norm, QK-norm and output
+// norm gains: empty tensors where absent).
+struct LayerSpec {
+  int64_t window;        // sliding window W (attend slots [S - W, S)), or -1
+  int64_t rope;          // ROPE_GLOBAL, ROPE_LOCAL or ROPE_NONE
+  bool pre_norm;         // rms(x) before the qkv and gate|up matrices (false: they read x itself)
+  torch::Tensor qk_gain;        // fp32 (H + KvH, Hd), or empty
+  torch::Tensor attn_out_gain;  // fp32 (D,), or empty
+  torch::Tensor ffn_out_gain;   // fp32 (D,), or empty
+  LayerSpec(int64_t window_, int64_t rope_, bool pre_norm_, torch::Tensor qk_gain_, torch::Tensor attn_out_gain_,
+            torch::Tensor ffn_out_gain_)
+      : window(window_), rope(rope_), pre_norm(pre_norm_), qk_gain(fp32_or_empty(qk_gain_)),
+        attn_out_gain(fp32_or_empty(attn_out_gain_)), ffn_out_gain(fp32_or_empty(ffn_out_gain_)) {}
+  static torch::Tensor fp32_or_empty(const torch::Tensor& t) {
+    return t.numel() ? t.to(torch::kFloat32).contiguous() : torch::Tensor();
+  }
+};
+
+constexpr int64_t ROPE_GLOBAL = 0, ROPE_LOCAL = 1, ROPE_NONE = -1;
+constexpr int64_t ACT_SILU = 0, ACT_GELU = 1, ACT_GELU_TANH = 2;
+
+inline float activation(float g, int64_t act) {
+  if (act == ACT_SILU) return g / (1.0f + std::exp(-g));
+  if (act == ACT_GELU) return 0.5f * g * (1.0f + std::erf(g * 0.70710678118654752f));
+  const float k = 0.79788456080286536f;  // sqrt(2 / pi)
+  return 0.5f * g * (1.0f + std::tanh(k * (g + 0.044715f * g * g * g)));
+}
+
 struct LlamaStep {
   torch::Tensor embed, cos, sin;  // embed (V, D) fp32, or (V, row bytes) uint8 in embed_format; cos, sin (T_max, Hd)
   int embed_format;               // matrix_ref.h's Format of the embedding table (F32: a plain fp32 table)
@@ -76,17 +111,24 @@ struct LlamaStep {
   bool half_style;
   std::vector<std::vector<Linear>> layers;  // per layer: qkv, o, gate|up, down
   Linear head;
-  std::vector<int64_t> windows;  // per layer: sliding window W (attend slots [S - W, S)), or -1
-  std::vector<torch::Tensor> qk_gains;  // per layer: fp32 (H + KvH, Hd) QK-norm gains, or empty (no QK-norm)
-  bool qk_projection;                   // QK-norm over the whole q / k projection instead of each head
+  std::vector<LayerSpec> specs;  // per layer
+  bool qk_projection;            // QK-norm over the whole q / k projection instead of each head
+  torch::Tensor cos_local, sin_local;  // the sliding layers' RoPE tables (Gemma-3), or empty
+  int64_t act;                   // the gate's activation: ACT_SILU, ACT_GELU or ACT_GELU_TANH
+  float embed_scale, attn_softcap, final_softcap, logits_scaling;  // softcaps <= 0: none
 
   LlamaStep(torch::Tensor embed_, int64_t embed_format_, int64_t D_, torch::Tensor cos_, torch::Tensor sin_,
             int64_t H_, int64_t KvH_, int64_t Hd_, double eps_, bool half_, std::vector<std::vector<Linear>> layers_,
-            Linear head_, std::vector<int64_t> windows_, std::vector<torch::Tensor> qk_gains_, bool qk_projection_)
+            Linear head_, std::vector<LayerSpec> specs_, bool qk_projection_, torch::Tensor cos_local_,
+            torch::Tensor sin_local_, int64_t act_, double embed_scale_, double attn_softcap_, double final_softcap_,
+            double logits_scaling_)
       : embed(embed_.contiguous()), cos(cos_.contiguous()), sin(sin_.contiguous()),
         embed_format(static_cast<int>(embed_format_)), V(embed_.size(0)), D(D_), H(H_), KvH(KvH_), Hd(Hd_),
         eps(static_cast<float>(eps_)), half_style(half_), layers(std::move(layers_)), head(std::move(head_)),
-        windows(std::move(windows_)), qk_gains(std::move(qk_gains_)), qk_projection(qk_projection_) {
+        specs(std::move(specs_)), qk_projection(qk_projection_), cos_local(cos_local_.contiguous()),
+        sin_local(sin_local_.contiguous()), act(act_), embed_scale(static_cast<float>(embed_scale_)),
+        attn_softcap(static_cast<float>(attn_softcap_)), final_softcap(static_cast<float>(final_softcap_)),
+        logits_scaling(static_cast<float>(logits_scaling_)) {
     TORCH_CHECK(cos.scalar_type() == torch::kFloat32, "fp32 RoPE tables expected");
     if (embed_format == F32) {
       TORCH_CHECK(embed.scalar_type() == torch::kFloat32 && embed.dim() == 2 && embed.size(1) == D,
@@ -97,12 +139,17 @@ struct LlamaStep {
       TORCH_CHECK(embed.scalar_type() == torch::kUInt8 && embed.dim() == 2 && embed.size(1) == row_bytes,
                   "a block embedding table must be uint8 (V, row bytes of its format)");
     }
-    TORCH_CHECK(windows.size() == layers.size(), "one window (or -1) per layer");
-    TORCH_CHECK(qk_gains.size() == layers.size(), "one QK-norm gain tensor (or an empty one) per layer");
-    for (auto& g : qk_gains) {
-      if (g.numel() == 0) continue;
-      g = g.to(torch::kFloat32).contiguous();
-      TORCH_CHECK(g.dim() == 2 && g.size(0) == H + KvH && g.size(1) == Hd, "QK-norm gains must be (H + KvH, Hd)");
+    TORCH_CHECK(specs.size() == layers.size(), "one LayerSpec per layer");
+    TORCH_CHECK(act == ACT_SILU || act == ACT_GELU || act == ACT_GELU_TANH, "unknown activation code ", act);
+    for (const auto& sp : specs) {
+      TORCH_CHECK(!sp.qk_gain.defined() || (sp.qk_gain.dim() == 2 && sp.qk_gain.size(0) == H + KvH &&
+                                            sp.qk_gain.size(1) == Hd), "QK-norm gains must be (H + KvH, Hd)");
+      for (const auto* g : {&sp.attn_out_gain, &sp.ffn_out_gain})
+        TORCH_CHECK(!g->defined() || (g->dim() == 1 && g->size(0) == D), "output-norm gains must be (D,)");
+      TORCH_CHECK(sp.rope == ROPE_GLOBAL || sp.rope == ROPE_NONE ||
+                      (sp.rope == ROPE_LOCAL && cos_local.dim() == 2 && cos_local.sizes() == cos.sizes() &&
+                       sin_local.sizes() == cos.sizes() && cos_local.scalar_type() == torch::kFloat32),
+                  "a local-RoPE layer needs fp32 local tables shaped like the global ones");
     }
     TORCH_CHECK(cos.dim() == 2 && cos.size(1) == Hd && sin.sizes() == cos.sizes(), "cos/sin must be (T_max, Hd)");
     for (const auto& l : layers) TORCH_CHECK(l.size() == 4, "a layer is (qkv, o, gate|up, down)");
@@ -135,10 +182,20 @@ struct LlamaStep {
     }
   }
 
+  // x (R, D) += rms(y) * g, row by row: an output norm (the sublayer's result y, gain g) and the residual add.
+  void add_normed(float* x, const float* y, const torch::Tensor& gain, int64_t R) const {
+    const float* g = gain.data_ptr<float>();
+    for (int64_t r = 0; r < R; ++r) {
+      const float* yr = y + r * D;
+      const float inv = 1.0f / std::sqrt(dot_product(yr, yr, D) / static_cast<float>(D) + eps);
+      for (int64_t i = 0; i < D; ++i) x[r * D + i] += yr[i] * inv * g[i];
+    }
+  }
+
   // QK-norm of one token's q and k heads (row: (H + KvH) x Hd, q heads first) with layer l's gains g:
   // v <- v * rsqrt(sum(v^2) / n + eps) * g over each head (n = Hd), or over all q heads and all k heads at once.
   void qk_norm(float* row, int64_t l) const {
-    const float* g = qk_gains[l].data_ptr<float>();
+    const float* g = specs[l].qk_gain.data_ptr<float>();
     auto norm = [&](float* v, const float* gain, int64_t n) {
       const float r = 1.0f / std::sqrt(dot_product(v, v, n) / static_cast<float>(n) + eps);
       for (int64_t j = 0; j < n; ++j) v[j] = v[j] * r * gain[j];
@@ -178,7 +235,8 @@ struct LlamaStep {
         const float* qh = q + (r * H + h) * Hd;
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t t = lo; t < S; ++t) {
-          const float dot = dot_product(qh, kv.k + kv.offset(l, b, h / G, t), Hd);
+          float dot = dot_product(qh, kv.k + kv.offset(l, b, h / G, t), Hd);
+          if (attn_softcap > 0) dot = std::tanh(dot / attn_softcap) * attn_softcap;
           p[t] = kv.hidden(b, t) ? -std::numeric_limits<float>::infinity() : dot;
           mx = std::max(mx, p[t]);
         }
@@ -273,18 +331,24 @@ struct LlamaStep {
       TORCH_CHECK(tp[r] >= 0 && tp[r] < V, "token id ", tp[r], " out of range");
       TORCH_CHECK(pp[r] >= 0 && pp[r] < cos.size(0), "position ", pp[r], " beyond the RoPE table");
       embed_row(tp[r], &x[r * D]);
+      if (embed_scale != 1.0f)
+        for (int64_t i = 0; i < D; ++i) x[r * D + i] *= embed_scale;
     }
     for (int64_t l = 0; l < L; ++l) {
       const auto& lay = layers[l];
-      rms(x.data(), xn.data(), R, D);
-      lay[0].apply(xn.data(), qkv.data(), R, nullptr, scratch);
+      const LayerSpec& sp = specs[l];
+      const torch::Tensor& ct = sp.rope == ROPE_LOCAL ? cos_local : cos;
+      const torch::Tensor& st = sp.rope == ROPE_LOCAL ? sin_local : sin;
+      if (sp.pre_norm) rms(x.data(), xn.data(), R, D);
+      lay[0].apply(sp.pre_norm ? xn.data() : x.data(), qkv.data(), R, nullptr, scratch);
       for (int64_t r = 0; r < R; ++r) {
         const int64_t b = r / C, c = r % C;
-        const float* cs = cos.data_ptr<float>() + pp[r] * Hd;
-        const float* sn = sin.data_ptr<float>() + pp[r] * Hd;
+        const float* cs = ct.data_ptr<float>() + pp[r] * Hd;
+        const float* sn = st.data_ptr<float>() + pp[r] * Hd;
         float* row = &qkv[r * QKV];
-        if (qk_gains[l].numel()) qk_norm(row, l);
-        for (int64_t h = 0; h < H + KvH; ++h) rope(row + h * Hd, cs, sn, tmp.data());
+        if (sp.qk_gain.defined()) qk_norm(row, l);
+        if (sp.rope != ROPE_NONE)
+          for (int64_t h = 0; h < H + KvH; ++h) rope(row + h * Hd, cs, sn, tmp.data());
         for (int64_t h = 0; h < KvH; ++h) {
           const int64_t slot = kv.offset(l, b, h, kv.start(b) + c);
           std::memcpy(kv.k + slot, row + (H + h) * Hd, Hd * sizeof(float));
@@ -292,21 +356,27 @@ struct LlamaStep {
         }
         std::memcpy(&q[r * H * Hd], row, H * Hd * sizeof(float));  // the rotated q heads
       }
-      attend(q.data(), kv, l, att.data(), B, C, windows[l]);
-      lay[1].apply(att.data(), x2.data(), R, x.data(), scratch);
-      std::swap(x, x2);
-      rms(x.data(), xn.data(), R, D);
-      const int64_t F2 = lay[2].N, F = F2 / 2;
-      std::vector<float> gu(R * F2), act(R * F);
-      lay[2].apply(xn.data(), gu.data(), R, nullptr, scratch);
-      for (int64_t r = 0; r < R; ++r) {
-        for (int64_t f = 0; f < F; ++f) {
-          const float g = gu[r * F2 + f];
-          act[r * F + f] = g / (1.0f + std::exp(-g)) * gu[r * F2 + F + f];
-        }
+      attend(q.data(), kv, l, att.data(), B, C, sp.window);
+      if (sp.attn_out_gain.defined()) {  // x + rms(Wo a) g
+        lay[1].apply(att.data(), x2.data(), R, nullptr, scratch);
+        add_normed(x.data(), x2.data(), sp.attn_out_gain, R);
+      } else {
+        lay[1].apply(att.data(), x2.data(), R, x.data(), scratch);
+        std::swap(x, x2);
       }
-      lay[3].apply(act.data(), x2.data(), R, x.data(), scratch);
-      std::swap(x, x2);
+      if (sp.pre_norm) rms(x.data(), xn.data(), R, D);
+      const int64_t F2 = lay[2].N, F = F2 / 2;
+      std::vector<float> gu(R * F2), f(R * F);
+      lay[2].apply(sp.pre_norm ? xn.data() : x.data(), gu.data(), R, nullptr, scratch);
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t j = 0; j < F; ++j) f[r * F + j] = activation(gu[r * F2 + j], act) * gu[r * F2 + F + j];
+      if (sp.ffn_out_gain.defined()) {  // x + rms(Wdown f) g
+        lay[3].apply(f.data(), x2.data(), R, nullptr, scratch);
+        add_normed(x.data(), x2.data(), sp.ffn_out_gain, R);
+      } else {
+        lay[3].apply(f.data(), x2.data(), R, x.data(), scratch);
+        std::swap(x, x2);
+      }
     }
     const int64_t out_rows = all_logits ? R : B;
     if (C > 1 && !all_logits)  // each row's last token to the front: the head runs on those B rows only
@@ -314,6 +384,8 @@ struct LlamaStep {
     rms(x.data(), xn.data(), out_rows, D);
     auto logits = torch::empty({out_rows, head.N}, cos.options());
     head.apply(xn.data(), logits.data_ptr<float>(), out_rows, nullptr, scratch);
+    if (logits_scaling != 1.0f) logits.div_(logits_scaling);
+    if (final_softcap > 0) logits.div_(final_softcap).tanh_().mul_(final_softcap);
     return logits;
   }
 };

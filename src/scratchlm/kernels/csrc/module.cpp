@@ -136,10 +136,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(pybind11::init<std::vector<int>, std::vector<torch::Tensor>, std::vector<int64_t>, int64_t,
                           std::optional<torch::Tensor>, std::optional<torch::Tensor>, std::optional<torch::Tensor>>())
       .def("forward", &scratchlm::Linear::forward, nogil(), "x (B, K) fp32 -> (B, N) fp32");
+  pybind11::class_<scratchlm::LayerSpec>(m, "LayerSpec")
+      .def(pybind11::init<int64_t, int64_t, bool, torch::Tensor, torch::Tensor, torch::Tensor>(),
+           "window (-1: none), rope (0 global, 1 local, -1 none), pre_norm, qk_gain, attn_out_gain, ffn_out_gain "
+           "(empty tensors where absent)");
   pybind11::class_<scratchlm::LlamaStep>(m, "LlamaStep")
       .def(pybind11::init<torch::Tensor, int64_t, int64_t, torch::Tensor, torch::Tensor, int64_t, int64_t, int64_t,
                           double, bool, std::vector<std::vector<scratchlm::Linear>>, scratchlm::Linear,
-                          std::vector<int64_t>, std::vector<torch::Tensor>, bool>())
+                          std::vector<scratchlm::LayerSpec>, bool, torch::Tensor, torch::Tensor, int64_t, double, double,
+                          double, double>())
       .def("step", &scratchlm::LlamaStep::step, nogil())
       .def("chunk", &scratchlm::LlamaStep::chunk, nogil())
       .def("paged", &scratchlm::LlamaStep::paged, nogil());

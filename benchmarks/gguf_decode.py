@@ -5,10 +5,11 @@ Files (made once into --workdir, default ~/.cache/scratchlm-bench/gguf):
                 scratchlm's exporter, then re-quantized by llama.cpp's own quantizer (llama_model_quantize) to
                 Q4_0, Q4_K_M, Q5_K_M, Q6_K, Q8_0 (its rows are 576 wide: the K-quant files hold llama.cpp's
                 fallback types for them, e.g. Q5_0 / Q5_1 / Q8_0); plus the shipped Q4_1 file
-    llama-1b / llama-3b / qwen3-0.6b   random-weight shapes (Llama: D 2048, 16 layers, 32/8 heads, d_ff 8192,
-                vocab 32000; D 3072, 28 layers, 24/8 heads, d_ff 8192, vocab 32000; Qwen3-0.6B: D 1024, 28
-                layers, 16/8 heads of 128, QK-norm, d_ff 3072, vocab 151936, tied) written as F16 by gguf-py and
-                quantized by llama.cpp to Q4_K_M (--big)
+    llama-1b / llama-3b / qwen3-0.6b / gemma3-270m   random-weight shapes (Llama: D 2048, 16 layers, 32/8 heads,
+                d_ff 8192, vocab 32000; D 3072, 28 layers, 24/8 heads, d_ff 8192, vocab 32000; Qwen3-0.6B: D 1024,
+                28 layers, 16/8 heads of 128, QK-norm, d_ff 3072, vocab 151936, tied; Gemma-3-270M: D 640, 18
+                layers, 4/1 heads of 256, d_ff 2048, vocab 262144, sliding window 512) written as F16 by gguf-py
+                and quantized by llama.cpp to Q4_K_M (--big)
 Each engine runs in its own process (peak RSS = that process's ru_maxrss, torch/Python runtime included),
 2 threads, after waiting for a quiet machine (benchmarks/quiet.py); engines interleave over --rounds
 and each keeps its best:
@@ -46,7 +47,10 @@ BIG = {"llama-1b": dict(d=2048, layers=16, heads=32, kv=8, ff=8192, vocab=32000)
        "llama-3b": dict(d=3072, layers=28, heads=24, kv=8, ff=8192, vocab=32000),
        # Qwen3-0.6B's shape: head_dim 128 (q is 2048 wide over D 1024), QK-norm, tied embeddings, 152k vocab
        "qwen3-0.6b": dict(d=1024, layers=28, heads=16, kv=8, ff=3072, vocab=151936, arch="qwen3", head_dim=128,
-                          tied=True)}
+                          tied=True),
+       # Gemma-3-270M's shape: GeGLU, sandwich norms, QK-norm, 5 sliding (window 512) : 1 full layers, 262k vocab
+       "gemma3-270m": dict(d=640, layers=18, heads=4, kv=1, ff=2048, vocab=262144, arch="gemma3", head_dim=256,
+                           tied=True)}
 
 
 def quantize_file(src: Path, dst: Path, ftype: int) -> Path:
@@ -87,8 +91,8 @@ def smollm2_files(work: Path) -> dict[str, Path]:
 
 def random_llama_f16(path: Path, d: int, layers: int, heads: int, kv: int, ff: int, vocab: int, arch: str = "llama",
                      head_dim: int | None = None, tied: bool = False) -> Path:
-    """A random-weight Llama (or Qwen3: QK-norm) GGUF in F16 (gguf-py's writer; tokens are placeholders: ids are
-    fed directly)."""
+    """A random-weight Llama (Qwen3: + QK-norm; Gemma-3: + QK-norm, sandwich norms, GeGLU, sliding layers) GGUF in
+    F16 (gguf-py's writer; tokens are placeholders: ids are fed directly)."""
     import gguf
     import numpy as np
 
@@ -102,6 +106,8 @@ def random_llama_f16(path: Path, d: int, layers: int, heads: int, kv: int, ff: i
     w.add_key_length(hd), w.add_value_length(hd)
     w.add_rope_dimension_count(hd), w.add_layer_norm_rms_eps(1e-5), w.add_rope_freq_base(500000.0)
     w.add_file_type(1)
+    if arch == "gemma3":
+        w.add_sliding_window(512)
     w.add_tokenizer_model("gpt2"), w.add_tokenizer_pre("llama-bpe")
     # one placeholder merge: llama.cpp refuses a gpt2 vocabulary without the merges key (an empty list is not written)
     w.add_token_list([f"<t{i}>" for i in range(vocab)]), w.add_token_types([1] * vocab)
@@ -117,9 +123,12 @@ def random_llama_f16(path: Path, d: int, layers: int, heads: int, kv: int, ff: i
     for i in range(layers):
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(d, dtype=np.float32))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(d, dtype=np.float32))
-        if arch == "qwen3":
+        if arch in ("qwen3", "gemma3"):
             w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.ones(hd, dtype=np.float32))
             w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.ones(hd, dtype=np.float32))
+        if arch == "gemma3":
+            w.add_tensor(f"blk.{i}.post_attention_norm.weight", np.ones(d, dtype=np.float32))
+            w.add_tensor(f"blk.{i}.post_ffw_norm.weight", np.ones(d, dtype=np.float32))
         for name, rows, cols in (("attn_q", heads * hd, d), ("attn_k", kv * hd, d), ("attn_v", kv * hd, d),
                                  ("attn_output", d, heads * hd), ("ffn_gate", ff, d), ("ffn_up", ff, d),
                                  ("ffn_down", d, ff)):
@@ -130,7 +139,7 @@ def random_llama_f16(path: Path, d: int, layers: int, heads: int, kv: int, ff: i
 
 
 def big_files(work: Path) -> dict[str, Path]:
-    """The random 1B / 3B / Qwen3-0.6B Q4_K_M files, made (F16 by gguf-py, then llama.cpp's quantizer) when missing."""
+    """The random 1B / 3B / Qwen3-0.6B / Gemma-3-270M Q4_K_M files, made (F16 by gguf-py, then llama.cpp's quantizer) when missing."""
     out = {}
     for name, shape in BIG.items():
         dst = work / f"{name}-Q4_K_M.gguf"

@@ -14,7 +14,7 @@ Each engine runs in its own process (peak RSS = that process's ru_maxrss, torch/
 2 threads, after waiting for a quiet machine (benchmarks/quiet.py); engines interleave over --rounds
 and each keeps its best:
     llamacpp            llama-cpp-python (n_ctx = prompt + new tokens, F16 KV cache as llama.cpp's default)
-    scratchlm_default   `load_gguf(path)` as every command loads it (the file's blocks, mapped) and the
+    scratchlm_default   `load_gguf(path, attn_impl="sdpa")` as every command loads it (the file's blocks, mapped) and the
                         default decode ("auto" = fast-gguf: exact, fp32 activations) and prefill ("model")
     scratchlm_a8        the same blocks with 8-bit activations (llama.cpp's CPU scheme), when scratchlm has
                         that mode for the file's types
@@ -187,7 +187,7 @@ def child_scratchlm(path: Path, prompt: list[int], n: int, mode: str) -> dict:
 
     torch.set_num_threads(2)
     t0 = time.perf_counter()
-    model = load_gguf(path)
+    model = load_gguf(path, attn_impl="sdpa")  # as the CLI commands load it (--attn sdpa, their default)
     decode = resolve_decode(model, mode)
     step = make_decode_step(model, decode)
     load_s = time.perf_counter() - t0

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "linear.h"
+#include "softmax_exp.h"
 
 namespace scratchlm {
 
@@ -243,8 +244,7 @@ struct LlamaStep {
         float* out = att + (r * H + h) * Hd;
         std::fill(out, out + Hd, 0.f);
         if (mx == -std::numeric_limits<float>::infinity()) continue;  // no visible key (a left pad): zeros, as sdpa
-        float sum = 0.f;
-        for (int64_t t = lo; t < S; ++t) sum += (p[t] = std::exp(p[t] - mx));
+        const float sum = exp_sum(p.data() + lo, S - lo, mx);
         for (int64_t t = lo; t < S; ++t) {
           const float w = p[t] / sum;
           const float* vals = kv.v + kv.offset(l, b, h / G, t);

@@ -9,6 +9,14 @@ namespace {
 
 using scratchlm::MatrixRef;
 
+// exp(x - mx) of a row (softmax_exp.h) and its sum, for the tests
+std::tuple<torch::Tensor, double> exp_sum(torch::Tensor x, double mx) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.dim() == 1, "x must be a 1-D fp32 tensor");
+  auto out = x.contiguous().clone();
+  const float sum = scratchlm::exp_sum(out.data_ptr<float>(), out.numel(), static_cast<float>(mx));
+  return {out, sum};
+}
+
 void check_x(const torch::Tensor& x, int64_t K) {
   TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && x.dim() == 2 && x.is_contiguous(),
               "x must be a contiguous fp32 CPU tensor (B, K), got ", x.scalar_type(), " ", x.sizes());
@@ -136,6 +144,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(pybind11::init<std::vector<int>, std::vector<torch::Tensor>, std::vector<int64_t>, int64_t,
                           std::optional<torch::Tensor>, std::optional<torch::Tensor>, std::optional<torch::Tensor>>())
       .def("forward", &scratchlm::Linear::forward, nogil(), "x (B, K) fp32 -> (B, N) fp32");
+  m.def("exp_sum", &exp_sum, nogil(), "x (n,) fp32, mx -> (exp(x - mx), its sum): the attention softmax's exps");
   pybind11::class_<scratchlm::LayerSpec>(m, "LayerSpec")
       .def(pybind11::init<int64_t, int64_t, bool, torch::Tensor, torch::Tensor, torch::Tensor>(),
            "window (-1: none), rope (0 global, 1 local, -1 none), pre_norm, qk_gain, attn_out_gain, ffn_out_gain "

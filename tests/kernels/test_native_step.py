@@ -119,3 +119,39 @@ def test_unsupported_configs_keep_the_torch_step() -> None:
     assert FastDecoder(model(n_kv_heads=2), quant="int8").native is None
     gpt2 = get_preset("gpt2-tiny", vocab_size=96, d_model=64, n_layers=1, n_heads=4, max_seq_len=32)
     assert FastDecoder(TransformerLM(gpt2)).native is None
+
+
+@pytest.mark.parametrize("kw", [dict(n_kv_heads=1), dict(n_kv_heads=2, sliding_window=300),
+                                dict(n_kv_heads=4, attn_softcap=2.0)])
+def test_native_step_over_a_long_cache_splits_the_keys(kw) -> None:
+    """Past KEY_SPAN_MIN (256) cached keys the C++ attention splits each (token, KV head)'s keys into spans
+    over the threads and merges their partial softmaxes; 1000 cached tokens (4 spans for MQA), a window of 300
+    (2 spans), soft-capping (8 items, one span each), left padding on one row: logits equal the torch step's."""
+    config = get_preset("llama-tiny", vocab_size=96, d_model=64, n_layers=2, n_heads=4, d_ff=160, max_seq_len=1100,
+                        **kw)
+    torch.manual_seed(0)
+    m = TransformerLM(config).eval()
+    fast, ref = FastDecoder(m), FastDecoder(m)
+    assert fast.native is not None
+    ref.native = None
+    b, n = 2, 1000
+    ids = torch.randint(0, 96, (b, n), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones(b, 1100, dtype=torch.bool)
+    mask[1, :40] = False  # row 1 left-padded by 40 slots
+    cache = m.new_kv_cache(b, 1100)
+    with torch.no_grad():
+        m(ids, attention_mask=mask[:, :n], kv_cache=cache)
+    caches = [cache, m.new_kv_cache(b, 1100)]
+    caches[1].k.copy_(cache.k), caches[1].v.copy_(cache.v), caches[1].advance(n)
+    tok = ids[:, -1]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(4)  # the split follows the threads: 4 gives MQA 4 spans, the window 2 (KV heads x rows < 8)
+    try:
+        for s in range(n, n + 3):
+            pos = torch.full((b,), s) - torch.tensor([0, 40])
+            want = ref.step(tok, pos, mask[:, : s + 1], caches[0])
+            got = fast.step(tok, pos, mask[:, : s + 1], caches[1])
+            torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+            tok = want.argmax(-1)
+    finally:
+        torch.set_num_threads(threads)

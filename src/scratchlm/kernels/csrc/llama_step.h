@@ -94,6 +94,7 @@ struct LayerSpec {
 };
 
 constexpr int64_t ROPE_GLOBAL = 0, ROPE_LOCAL = 1, ROPE_NONE = -1;
+constexpr int64_t KEY_SPAN_MIN = 256;  // cached keys per attention work item at least (attend)
 constexpr int64_t ACT_SILU = 0, ACT_GELU = 1, ACT_GELU_TANH = 2;
 
 inline float activation(float g, int64_t act) {
@@ -224,34 +225,85 @@ struct LlamaStep {
   // att (B * C, H * Hd) = softmax(q k^T) v for every row b and chunk token c of layer l: token (b, c) sits at slot
   // S - 1 = kv.start(b) + c and attends over slots [lo, S) (causal within the chunk), lo = S - W for a sliding
   // window W (else 0), minus the slots kv hides (padding).
+  // Work items are (token, KV head, span of keys): the G query heads of a KV head read each cached key and value
+  // once (at long contexts the K/V reads are the step's largest stream: reading them once per query head tripled
+  // it for G = 3), and a long span is split so every thread has work even with one or two KV heads. Each item
+  // keeps, per query head, its span's max m, sum l = sum_t exp(s_t - m) and o = sum_t exp(s_t - m) v_t; the
+  // spans then merge as out = sum_i o_i exp(m_i - M) / sum_i l_i exp(m_i - M), M = max_i m_i.
   template <typename KV>
   void attend(const float* q, const KV& kv, int64_t l, float* att, int64_t B, int64_t C, int64_t window) const {
-    const int64_t G = H / KvH;
-    at::parallel_for(0, B * C * H, 1, [&](int64_t i0, int64_t i1) {
-      std::vector<float> p;
+    const int64_t G = H / KvH, R = B * C;
+    const float NEG = -std::numeric_limits<float>::infinity();
+    auto span = [&](int64_t r, int64_t& lo, int64_t& S) {
+      S = kv.start(r / C) + r % C + 1;
+      lo = window < 0 ? 0 : std::max<int64_t>(0, S - window);
+    };
+    int64_t longest = 1;
+    for (int64_t r = 0; r < R; ++r) {
+      int64_t lo, S;
+      span(r, lo, S);
+      longest = std::max(longest, S - lo);
+    }
+    // keys per item: at least KEY_SPAN_MIN, and enough items for twice the threads when the spans are long
+    const int64_t threads = at::get_num_threads(), base = R * KvH;
+    const int64_t want = base >= 2 * threads ? 1 : (2 * threads + base - 1) / base;
+    const int64_t width = std::max<int64_t>(KEY_SPAN_MIN, (longest + want - 1) / want);
+    const int64_t spans = (longest + width - 1) / width;
+    std::vector<float> m(base * spans * G), lsum(base * spans * G), o(base * spans * G * Hd);
+    at::parallel_for(0, base * spans, 1, [&](int64_t i0, int64_t i1) {
+      std::vector<float> p(G * width);
       for (int64_t i = i0; i < i1; ++i) {
-        const int64_t r = i / H, h = i % H, b = r / C, c = r % C;
-        const int64_t S = kv.start(b) + c + 1, lo = window < 0 ? 0 : std::max<int64_t>(0, S - window);
-        if (static_cast<int64_t>(p.size()) < S) p.resize(S);
-        const float* qh = q + (r * H + h) * Hd;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t t = lo; t < S; ++t) {
-          float dot = dot_product(qh, kv.k + kv.offset(l, b, h / G, t), Hd);
-          if (attn_softcap > 0) dot = std::tanh(dot / attn_softcap) * attn_softcap;
-          p[t] = kv.hidden(b, t) ? -std::numeric_limits<float>::infinity() : dot;
-          mx = std::max(mx, p[t]);
+        const int64_t r = i / (KvH * spans), kh = (i / spans) % KvH, part = i % spans, b = r / C;
+        int64_t lo, S;
+        span(r, lo, S);
+        const int64_t t0 = lo + part * width, t1 = std::min(S, t0 + width), n = std::max<int64_t>(0, t1 - t0);
+        float* mi = &m[i * G];
+        float* li = &lsum[i * G];
+        float* oi = &o[i * G * Hd];
+        std::fill(oi, oi + G * Hd, 0.f);
+        for (int64_t g = 0; g < G; ++g) mi[g] = NEG, li[g] = 0.f;
+        for (int64_t t = t0; t < t1; ++t) {  // scores of the G heads against key t (read once)
+          const float* key = kv.k + kv.offset(l, b, kh, t);
+          const bool hid = kv.hidden(b, t);
+          for (int64_t g = 0; g < G; ++g) {
+            float dot = dot_product(q + (r * H + kh * G + g) * Hd, key, Hd);
+            if (attn_softcap > 0) dot = std::tanh(dot / attn_softcap) * attn_softcap;
+            p[g * width + t - t0] = hid ? NEG : dot;
+            mi[g] = std::max(mi[g], p[g * width + t - t0]);
+          }
         }
-        float* out = att + (r * H + h) * Hd;
-        std::fill(out, out + Hd, 0.f);
-        if (mx == -std::numeric_limits<float>::infinity()) continue;  // no visible key (a left pad): zeros, as sdpa
-        const float sum = exp_sum(p.data() + lo, S - lo, mx);
-        for (int64_t t = lo; t < S; ++t) {
-          const float w = p[t] / sum;
-          const float* vals = kv.v + kv.offset(l, b, h / G, t);
-          for (int64_t j = 0; j < Hd; ++j) out[j] += w * vals[j];
+        for (int64_t g = 0; g < G; ++g)
+          if (mi[g] != NEG) li[g] = exp_sum(&p[g * width], n, mi[g]);
+          else std::fill(&p[g * width], &p[g * width] + n, 0.f);  // nothing visible in this span
+        for (int64_t t = t0; t < t1; ++t) {  // o_g += exp(s - m) v_t, value t read once
+          const float* vals = kv.v + kv.offset(l, b, kh, t);
+          for (int64_t g = 0; g < G; ++g) {
+            const float w = p[g * width + t - t0];
+            float* og = oi + g * Hd;
+            for (int64_t j = 0; j < Hd; ++j) og[j] += w * vals[j];
+          }
         }
       }
     });
+    for (int64_t r = 0; r < R; ++r)  // merge the spans of every (token, head)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t kh = h / G, g = h % G, first = (r * KvH + kh) * spans;
+        float M = NEG;
+        for (int64_t part = 0; part < spans; ++part) M = std::max(M, m[(first + part) * G + g]);
+        float* out = att + (r * H + h) * Hd;
+        std::fill(out, out + Hd, 0.f);
+        if (M == NEG) continue;  // no visible key (a left pad): zeros, as sdpa
+        float den = 0.f;
+        for (int64_t part = 0; part < spans; ++part) {
+          const int64_t i = first + part;
+          if (m[i * G + g] == NEG) continue;
+          const float scale = std::exp(m[i * G + g] - M);
+          den += lsum[i * G + g] * scale;
+          const float* oi = &o[(i * G + g) * Hd];
+          for (int64_t j = 0; j < Hd; ++j) out[j] += oi[j] * scale;
+        }
+        for (int64_t j = 0; j < Hd; ++j) out[j] /= den;
+      }
   }
 
   // tokens (B,) int64, positions (B,) int64, key_mask (B, s + 1) bool or None, k/v caches

@@ -155,3 +155,16 @@ def test_native_step_over_a_long_cache_splits_the_keys(kw) -> None:
             tok = want.argmax(-1)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_native_step_longrope_with_partial_rotary() -> None:
+    """Phi-3.5 / Phi-4-mini: longrope (short tables up to L0 = 8 positions, long tables for a step whose position
+    passes it) on the first 12 of 16 head dims. The steps at positions 5..9 cross L0: logits and cache equal to
+    the torch step's on both sides of the switch."""
+    longrope = {"rope_type": "longrope", "original_max_position_embeddings": 8,
+                "short_factor": [1.0 + 0.1 * i for i in range(6)], "long_factor": [1.0 + 0.7 * i for i in range(6)]}
+    m = model(n_kv_heads=2, rotary_dim=12, rope_scaling=longrope)
+    rope = FastDecoder(m).rope
+    assert rope.kind == "longrope" and rope.head_dim == 12 < m.config.head_dim
+    assert not torch.equal(rope.cos_long[9], rope.cos[9])  # the switch changes the rotation
+    compare(m, None)

@@ -10,9 +10,10 @@ tables to `LlamaStep`, which runs [norm] -> qkv -> [QK-norm] -> [RoPE] -> cache 
 FastDecoder.step (tests/kernels/test_native_step.py: equal logits and caches to fp32 rounding).
 Supported: RMSNorm in any placement (pre, sandwich, output: Gemma-2/3, OLMo-2), a gated FFN with SiLU, GELU or
 tanh-GELU (Llama, Qwen, Mistral: SwiGLU; Gemma: GeGLU), RoPE (half or interleaved; static tables, i.e. every
-scaling but longrope/dynamic; per layer global, local (Gemma-3's sliding layers) or none (SmolLM3's NoPE)),
+scaling but dynamic, longrope's two table sets chosen per call as the torch step does, partial rotary; per layer
+global, local (Gemma-3's sliding layers) or none (SmolLM3's NoPE)),
 QK-norm per head (Qwen3, Gemma-3) or per projection (OLMo-2), attention and final soft-capping, embedding
-multiplier, logits scaling; no MoE, no learned or sinusoidal positions, no partial rotary, fp32 model and
+multiplier, logits scaling; no MoE, no learned or sinusoidal positions, fp32 model and
 cache on CPU, any weight format but "int8" (torch's kernel). Anything else: None, and FastDecoder keeps its
 torch path.
 """
@@ -42,8 +43,9 @@ def _activation(c: ModelConfig) -> int | None:
 
 
 def _static(rope: RotaryEmbedding | None, head_dim: int) -> bool:
-    """A RoPE whose tables the step can index by position: full-width, not position-dependent."""
-    return rope is None or (rope.head_dim == head_dim and rope.kind not in ("longrope", "dynamic"))
+    """A RoPE whose tables the step can index by position: the first rotary dims of a head (all, or a partial
+    rotary's), longrope's two table sets, not dynamic scaling (tables computed per length)."""
+    return rope is None or (rope.head_dim <= head_dim and rope.kind != "dynamic")
 
 
 def supported(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, embed: torch.Tensor | BlockEmbedding,
@@ -96,8 +98,12 @@ def native_step(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, e
                            none if layer.attn_out_gain is None else layer.attn_out_gain.float(),
                            none if layer.ffn_out_gain is None else layer.ffn_out_gain.float()) for layer in layers]
     local = (none, none) if local_rope is None else (local_rope.cos.float(), local_rope.sin.float())
+    if rope.kind == "longrope":  # long tables for a call whose positions pass L0 (RotaryEmbedding.tables)
+        long = (rope.cos_long.float(), rope.sin_long.float(), int(rope.scaling["original_max_position_embeddings"]))
+    else:
+        long = (none, none, -1)
     table, fmt = _table(embed)
     return mod.LlamaStep(table, fmt, c.d_model, rope.cos.float(), rope.sin.float(), c.n_heads, c.n_kv_heads,
                          c.head_dim, c.norm_eps, rope.style == "half", kernel_layers, kernel_head, specs,
-                         c.qk_norm_scope == "projection", *local, _activation(c), c.embedding_multiplier,
+                         c.qk_norm_scope == "projection", *local, *long, _activation(c), c.embedding_multiplier,
                          c.attn_softcap or 0.0, c.final_softcap or 0.0, c.logits_scaling)

@@ -64,7 +64,8 @@ inline float activation(float g, int64_t act) {
 }
 
 struct LlamaStep {
-  torch::Tensor embed, cos, sin;  // embed (V, D) fp32, or (V, row bytes) uint8 in embed_format; cos, sin (T_max, Hd)
+  torch::Tensor embed, cos, sin;  // embed (V, D) fp32, or (V, row bytes) uint8 in embed_format; cos, sin (T_max, P):
+                                  // the first P <= Hd dims of each head rotate (partial rotary: Phi-4-mini)
   int embed_format;               // matrix_ref.h's Format of the embedding table (F32: a plain fp32 table)
   int64_t V, D;                   // the table's rows and width
   int64_t H, KvH, Hd;
@@ -75,19 +76,22 @@ struct LlamaStep {
   std::vector<LayerSpec> specs;  // per layer
   bool qk_projection;            // QK-norm over the whole q / k projection instead of each head
   torch::Tensor cos_local, sin_local;  // the sliding layers' RoPE tables (Gemma-3), or empty
+  torch::Tensor cos_long, sin_long;    // longrope's long-context tables (Phi-3.5 / Phi-4-mini), or empty: a call
+  int64_t long_after;                  // whose positions reach past long_after (L0) uses them for every row
   int64_t act;                   // the gate's activation: ACT_SILU, ACT_GELU or ACT_GELU_TANH
   float embed_scale, attn_softcap, final_softcap, logits_scaling;  // softcaps <= 0: none
 
   LlamaStep(torch::Tensor embed_, int64_t embed_format_, int64_t D_, torch::Tensor cos_, torch::Tensor sin_,
             int64_t H_, int64_t KvH_, int64_t Hd_, double eps_, bool half_, std::vector<std::vector<Linear>> layers_,
             Linear head_, std::vector<LayerSpec> specs_, bool qk_projection_, torch::Tensor cos_local_,
-            torch::Tensor sin_local_, int64_t act_, double embed_scale_, double attn_softcap_, double final_softcap_,
-            double logits_scaling_)
+            torch::Tensor sin_local_, torch::Tensor cos_long_, torch::Tensor sin_long_, int64_t long_after_,
+            int64_t act_, double embed_scale_, double attn_softcap_, double final_softcap_, double logits_scaling_)
       : embed(embed_.contiguous()), cos(cos_.contiguous()), sin(sin_.contiguous()),
         embed_format(static_cast<int>(embed_format_)), V(embed_.size(0)), D(D_), H(H_), KvH(KvH_), Hd(Hd_),
         eps(static_cast<float>(eps_)), half_style(half_), layers(std::move(layers_)), head(std::move(head_)),
         specs(std::move(specs_)), qk_projection(qk_projection_), cos_local(cos_local_.contiguous()),
-        sin_local(sin_local_.contiguous()), act(act_), embed_scale(static_cast<float>(embed_scale_)),
+        sin_local(sin_local_.contiguous()), cos_long(cos_long_.contiguous()), sin_long(sin_long_.contiguous()),
+        long_after(long_after_), act(act_), embed_scale(static_cast<float>(embed_scale_)),
         attn_softcap(static_cast<float>(attn_softcap_)), final_softcap(static_cast<float>(final_softcap_)),
         logits_scaling(static_cast<float>(logits_scaling_)) {
     TORCH_CHECK(cos.scalar_type() == torch::kFloat32, "fp32 RoPE tables expected");
@@ -112,7 +116,11 @@ struct LlamaStep {
                        sin_local.sizes() == cos.sizes() && cos_local.scalar_type() == torch::kFloat32),
                   "a local-RoPE layer needs fp32 local tables shaped like the global ones");
     }
-    TORCH_CHECK(cos.dim() == 2 && cos.size(1) == Hd && sin.sizes() == cos.sizes(), "cos/sin must be (T_max, Hd)");
+    TORCH_CHECK(cos.dim() == 2 && cos.size(1) <= Hd && cos.size(1) % 2 == 0 && sin.sizes() == cos.sizes(),
+                "cos/sin must be (T_max, P), P <= Hd even");
+    TORCH_CHECK(long_after < 0 || (cos_long.sizes() == cos.sizes() && sin_long.sizes() == cos.sizes() &&
+                                   cos_long.scalar_type() == torch::kFloat32),
+                "longrope's long tables must be fp32 and shaped like the short ones");
     for (const auto& l : layers) TORCH_CHECK(l.size() == 4, "a layer is (qkv, o, gate|up, down)");
   }
 
@@ -176,16 +184,16 @@ struct LlamaStep {
     }
   }
 
-  // v (Hd) <- v * cos + rot(v) * sin at one position.
+  // v (Hd) <- v * cos + rot(v) * sin at one position, over its first P dims (the tables' width; the rest pass).
   void rope(float* v, const float* c, const float* s, float* tmp) const {
-    const int64_t half = Hd / 2;
-    for (int64_t j = 0; j < Hd; ++j) {
+    const int64_t P = cos.size(1), half = P / 2;
+    for (int64_t j = 0; j < P; ++j) {
       float r;
       if (half_style) r = j < half ? -v[j + half] : v[j - half];
       else r = (j % 2 == 0) ? -v[j + 1] : v[j - 1];
       tmp[j] = v[j] * c[j] + r * s[j];
     }
-    std::memcpy(v, tmp, Hd * sizeof(float));
+    std::memcpy(v, tmp, P * sizeof(float));
   }
 
   template <typename KV>
@@ -273,17 +281,21 @@ struct LlamaStep {
       if (embed_scale != 1.0f)
         for (int64_t i = 0; i < D; ++i) x[r * D + i] *= embed_scale;
     }
+    int64_t longest = 0;  // longrope: one choice of tables per call, over every row (as the torch step)
+    for (int64_t r = 0; r < R; ++r) longest = std::max(longest, pp[r] + 1);
+    const bool use_long = long_after >= 0 && longest > long_after;
+    const int64_t P = cos.size(1);
     for (int64_t l = 0; l < L; ++l) {
       const auto& lay = layers[l];
       const LayerSpec& sp = specs[l];
-      const torch::Tensor& ct = sp.rope == ROPE_LOCAL ? cos_local : cos;
-      const torch::Tensor& st = sp.rope == ROPE_LOCAL ? sin_local : sin;
+      const torch::Tensor& ct = sp.rope == ROPE_LOCAL ? cos_local : (use_long ? cos_long : cos);
+      const torch::Tensor& st = sp.rope == ROPE_LOCAL ? sin_local : (use_long ? sin_long : sin);
       if (sp.pre_norm) rms(x.data(), xn.data(), R, D);
       lay[0].apply(sp.pre_norm ? xn.data() : x.data(), qkv.data(), R, nullptr, scratch);
       for (int64_t r = 0; r < R; ++r) {
         const int64_t b = r / C, c = r % C;
-        const float* cs = ct.data_ptr<float>() + pp[r] * Hd;
-        const float* sn = st.data_ptr<float>() + pp[r] * Hd;
+        const float* cs = ct.data_ptr<float>() + pp[r] * P;
+        const float* sn = st.data_ptr<float>() + pp[r] * P;
         float* row = &qkv[r * QKV];
         if (sp.qk_gain.defined()) qk_norm(row, l);
         if (sp.rope != ROPE_NONE)

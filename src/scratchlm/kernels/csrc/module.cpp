@@ -152,8 +152,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::class_<scratchlm::LlamaStep>(m, "LlamaStep")
       .def(pybind11::init<torch::Tensor, int64_t, int64_t, torch::Tensor, torch::Tensor, int64_t, int64_t, int64_t,
                           double, bool, std::vector<std::vector<scratchlm::Linear>>, scratchlm::Linear,
-                          std::vector<scratchlm::LayerSpec>, bool, torch::Tensor, torch::Tensor, int64_t, double, double,
-                          double, double>())
+                          std::vector<scratchlm::LayerSpec>, bool, torch::Tensor, torch::Tensor, torch::Tensor,
+                          torch::Tensor, int64_t, int64_t, double, double, double, double>())
       .def("step", &scratchlm::LlamaStep::step, nogil())
       .def("chunk", &scratchlm::LlamaStep::chunk, nogil())
       .def("paged", &scratchlm::LlamaStep::paged, nogil());

@@ -92,11 +92,10 @@ def native_step(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, e
         kernel_head = native_linear(mod, head)
     except (RuntimeError, ValueError):  # a dimension the kernels do not take (K not a multiple of 16 / 32 / 256)
         return None
-    none = torch.empty(0)
+    none = torch.empty(0)  # an absent gain or table (LayerSpec casts the present ones to fp32)
     specs = [mod.LayerSpec(-1 if layer.window is None else layer.window, ROPE_CODES[layer.rope_kind], layer.pre_norm,
-                           none if layer.qk_gain is None else layer.qk_gain.float(),
-                           none if layer.attn_out_gain is None else layer.attn_out_gain.float(),
-                           none if layer.ffn_out_gain is None else layer.ffn_out_gain.float()) for layer in layers]
+                           *(none if g is None else g
+                             for g in (layer.qk_gain, layer.attn_out_gain, layer.ffn_out_gain))) for layer in layers]
     local = (none, none) if local_rope is None else (local_rope.cos.float(), local_rope.sin.float())
     if rope.kind == "longrope":  # long tables for a call whose positions pass L0 (RotaryEmbedding.tables)
         long = (rope.cos_long.float(), rope.sin_long.float(), int(rope.scaling["original_max_position_embeddings"]))

@@ -155,12 +155,13 @@ def prefill_step(model: TransformerLM, space: KVSpace, joiners: list[Joiner], bu
             _run_scored(model, space, j, n)
         else:
             chunks.append((j, n))
-    native, rest = _native_sets(chunks) if decoder is not None and mode == "model" else ([], chunks)
+    cpp = decoder is not None and mode == "model"  # the C++ step computes this prefill
+    native, rest = _native_sets(chunks) if cpp else ([], chunks)
     for group in native:
         _run_native(space, decoder, group)
-    for group in _groups(rest):
+    for group in _groups(rest):  # what the sets left (past NATIVE_STEP_TOKENS, or a set past CHUNK_MAX_ROWS)
         sizes = {n for _, n in group}
-        if decoder is not None and mode == "model" and len(sizes) == 1 and len(group) * group[0][1] <= CHUNK_MAX_ROWS:
+        if cpp and len(sizes) == 1 and len(group) * group[0][1] <= CHUNK_MAX_ROWS:
             _run_native(space, decoder, group)
         else:
             _run_group(model, space, group, mode)

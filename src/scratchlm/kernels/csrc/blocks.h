@@ -3,6 +3,8 @@
 // Each type T has QK values per block stored in BYTES bytes (ggml-common.h's block_* structs) and
 //   T::prepare(p, sc):           the block's scales and offsets as fp32 (once per block): sc[g] the scale and
 //                                sc[16 + g] the offset of its 16-value group g (offset 0 where it has none)
+//   T::chunk_scales(p, sc):      where a type has it, the scales chunk reads instead (Q4_K / Q5_K: sc[c], sc[8 + c]
+//                                for sub-block c, not copied per group); chunk_scales() below picks
 //   T::chunk(p, sc, c, lo, hi):  values 32c .. 32c + 15 (lo) and 32c + 16 .. 32c + 31 (hi) of the block at p
 //   T::quants(p, c, lo, hi):     the same values' integer quants q (w = s q + t), 16 bytes each: unsigned,
 //                                or int8 where T::SIGNED (Q8_0's q, IQ4's kvalues[q]); for the A8 kernels
@@ -21,6 +23,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "simd.h"
 
@@ -202,8 +205,8 @@ struct Q3_KBlock {
 };
 
 // Q4_K / Q5_K: the 8 six-bit scales and 8 mins of the 12 bytes q (ggml's get_scale_min_k4), unpacked as
-// ggml's vec_dot does, times d and -dmin: sub-block j's groups 2j, 2j + 1 get d sc_j and -(dmin m_j)
-inline void k4_prepare(const uint8_t* p, float* sc) {
+// ggml's vec_dot does, times d and -dmin: v[j] = d sc_j, v[8 + j] = -(dmin m_j) for sub-block j
+inline void k4_scales8(const uint8_t* p, float* v) {
   uint32_t u[4];
   std::memcpy(u, p + 4, 12);
   const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
@@ -212,8 +215,13 @@ inline void k4_prepare(const uint8_t* p, float* sc) {
   u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
   u[2] = mins_lo;
   u[0] &= m1;  // bytes of u: the 8 scales, then the 8 mins
-  alignas(64) float v[16];
   vstore(v, vmul(u8_f(load_b16(reinterpret_cast<const uint8_t*>(u))), vset2(fp16_to_f32(p), -fp16_to_f32(p + 2))));
+}
+
+// k4_scales8 in blocks.h's sc layout (the A8 kernels'): sub-block j's groups 2j, 2j + 1 get d sc_j and -(dmin m_j)
+inline void k4_prepare(const uint8_t* p, float* sc) {
+  alignas(64) float v[16];
+  k4_scales8(p, v);
   for (int j = 0; j < 8; ++j) sc[2 * j] = sc[2 * j + 1] = v[j], sc[16 + 2 * j] = sc[17 + 2 * j] = v[8 + j];
 }
 
@@ -223,6 +231,7 @@ struct Q4_KBlock {
   static constexpr int64_t QK = 256, BYTES = 144;
   static constexpr bool SIGNED = false;
   static void prepare(const uint8_t* p, float* sc) { k4_prepare(p, sc); }
+  static void chunk_scales(const uint8_t* p, float* sc) { k4_scales8(p, sc); }  // chunk's sc: 8 + 8, no copies
   static void quants(const uint8_t* p, int c, B16& lo, B16& hi) {
     const uint8_t* qs = p + 16 + 32 * (c >> 1);
     lo = shr_and(load_b16(qs), 4 * (c & 1), 0x0f), hi = shr_and(load_b16(qs + 16), 4 * (c & 1), 0x0f);
@@ -230,7 +239,7 @@ struct Q4_KBlock {
   static void chunk(const uint8_t* p, const float* sc, int c, VF& lo, VF& hi) {
     const uint8_t* qs = p + 16 + 32 * (c >> 1);
     const B16 a = load_b16(qs), b = load_b16(qs + 16);
-    const VF s = vset1(sc[2 * c]), t = vset1(sc[16 + 2 * c]);
+    const VF s = vset1(sc[c]), t = vset1(sc[8 + c]);
     lo = vfma(c & 1 ? nib_hi_f(a) : nib_lo_f(a), s, t);
     hi = vfma(c & 1 ? nib_hi_f(b) : nib_lo_f(b), s, t);
   }
@@ -241,6 +250,7 @@ struct Q5_KBlock {
   static constexpr int64_t QK = 256, BYTES = 176;
   static constexpr bool SIGNED = false;
   static void prepare(const uint8_t* p, float* sc) { k4_prepare(p, sc); }
+  static void chunk_scales(const uint8_t* p, float* sc) { k4_scales8(p, sc); }  // as Q4_K
   static void quants(const uint8_t* p, int c, B16& lo, B16& hi) {
     const uint8_t* qs = p + 48 + 32 * (c >> 1);
     const int shift = 4 * (c & 1);
@@ -250,7 +260,9 @@ struct Q5_KBlock {
   static void chunk(const uint8_t* p, const float* sc, int c, VF& lo, VF& hi) {
     B16 a, b;
     quants(p, c, a, b);
-    k_chunk(a, b, sc, 2 * c, lo, hi);
+    const VF s = vset1(sc[c]), t = vset1(sc[8 + c]);
+    lo = vfma(u8_f(a), s, t);
+    hi = vfma(u8_f(b), s, t);
   }
 };
 
@@ -303,5 +315,17 @@ struct IQ4_XSBlock {
     hi = vmul(iq4_hi_f(q), s);
   }
 };
+
+// The scales T::chunk reads: T::chunk_scales where the type has one, else T::prepare's
+template <typename T, typename = void>
+struct HasChunkScales : std::false_type {};
+template <typename T>
+struct HasChunkScales<T, std::void_t<decltype(&T::chunk_scales)>> : std::true_type {};
+
+template <typename T>
+inline void chunk_scales(const uint8_t* p, float* sc) {
+  if constexpr (HasChunkScales<T>::value) T::chunk_scales(p, sc);
+  else T::prepare(p, sc);
+}
 
 }  // namespace scratchlm

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "blocks.h"
 #include "simd.h"
@@ -42,12 +43,12 @@ inline void block_tile(const float* x, const uint8_t* w, float* y, int64_t K, in
     for (int b = 0; b < NB; ++b) acc[r][b][0] = acc[r][b][1] = vzero();
   const int64_t nblk = K / Block::QK;
   for (int64_t i = 0; i < nblk; ++i) {
-    alignas(64) float sc[NR][32];  // each row's block scales (Block::prepare)
+    alignas(64) float sc[NR][32];  // each row's block scales (chunk_scales)
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = w + (n + r) * row_bytes + i * Block::BYTES;
       // the same block of the tile after next: keeps DRAM reads in flight while the FMAs run
       for (int64_t o = 0; o < Block::BYTES; o += 64) prefetch(blk + 2 * NR * row_bytes + o);
-      Block::prepare(blk, sc[r]);
+      chunk_scales<Block>(blk, sc[r]);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < static_cast<int>(Block::QK / 32); ++c) {
@@ -89,7 +90,7 @@ inline void block_tile_wide(const float* x, const uint8_t* w, float* y, int64_t 
     for (int r = 0; r < NR; ++r) {
       const uint8_t* blk = w + (n + r) * row_bytes + i * Block::BYTES;
       for (int64_t o = 0; o < Block::BYTES; o += 64) prefetch(blk + 2 * NR * row_bytes + o);  // the tile after next
-      Block::prepare(blk, sc[r]);
+      chunk_scales<Block>(blk, sc[r]);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < static_cast<int>(Block::QK / 32); ++c) {
@@ -146,8 +147,11 @@ void block_rows(const float* x, const uint8_t* w, float* y, int64_t K, int64_t l
                 int64_t n0, int64_t n1) {
   switch (nb) {
 #if defined(SCRATCHLM_AVX2)
-    case 1:  // 32-value blocks: 4 weight rows x one 8-lane accumulator, ~1.2x block_tile; K-quants: no gain
-      if constexpr (Block::QK == 32) return block_rows_wide<Block, 1>(x, w, y, K, ldy, b0, n0, n1);
+    case 1:  // 4 weight rows x one 8-lane accumulator: ~1.2x block_tile on the 32-value blocks and Q4_K, 1.1x Q5_K /
+             // Q3_K; Q6_K, Q2_K, IQ4_XS keep block_tile (0.9-1.0x wide at DRAM-sized matrices), RESULTS.md
+      if constexpr (Block::QK == 32 || std::is_same_v<Block, Q4_KBlock> || std::is_same_v<Block, Q5_KBlock> ||
+                    std::is_same_v<Block, Q3_KBlock>)
+        return block_rows_wide<Block, 1>(x, w, y, K, ldy, b0, n0, n1);
       return block_rows_nb<Block, 1>(x, w, y, K, ldy, b0, n0, n1);
 #else
     case 1: return block_rows_nb<Block, 1>(x, w, y, K, ldy, b0, n0, n1);
@@ -173,7 +177,7 @@ void block_dequant(const uint8_t* w, int64_t N, int64_t K, float* out) {
   const int64_t nblk = K / Block::QK;
   alignas(64) float sc[32];
   for (int64_t i = 0; i < N * nblk; ++i) {
-    Block::prepare(w + i * Block::BYTES, sc);
+    chunk_scales<Block>(w + i * Block::BYTES, sc);
     for (int c = 0; c < static_cast<int>(Block::QK / 32); ++c) {
       VF lo, hi;
       Block::chunk(w + i * Block::BYTES, sc, c, lo, hi);

@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "parallel.h"
 #include "simd.h"
 #include "softmax_exp.h"
 
@@ -86,7 +87,7 @@ void attend_kv(const float* q, const KV& kv, int64_t l, float* att, int64_t B, i
   const int64_t width = std::max<int64_t>(KEY_SPAN_MIN, (longest + want - 1) / want);
   const int64_t spans = (longest + width - 1) / width;
   std::vector<float> m(base * spans * G), lsum(base * spans * G), o(base * spans * G * Hd);
-  at::parallel_for(0, base * spans, 1, [&](int64_t i0, int64_t i1) {
+  parallel_chunks(base * spans, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> p(G * width);
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t r = i / (KvH * spans), kh = (i / spans) % KvH, part = i % spans, b = r / C;

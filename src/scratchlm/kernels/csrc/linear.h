@@ -99,7 +99,7 @@ struct Linear {
       if (a.qk == 0) quantize_act_rows(x, B, K, act_qk(p.format), a);
     }
     // one parallel region over all rows: each thread runs the parts its rows fall in
-    at::parallel_for(0, N, grain(bytes() / std::max<int64_t>(N, 1)), [&](int64_t n0, int64_t n1) {
+    parallel_chunks(N, row_chunk(N, bytes() / std::max<int64_t>(N, 1)), [&](int64_t n0, int64_t n1) {
       for (size_t i = 0; i < parts.size(); ++i) {
         const int64_t s = starts[i], lo = std::max(n0, s), hi = std::min(n1, s + parts[i].N);
         const ActRows* act = act_qk(parts[i].format) == 256 ? &act256 : &act32;

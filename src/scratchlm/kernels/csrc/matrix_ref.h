@@ -5,11 +5,10 @@
 // then points at the repacked weights and `aux` at their fp16 scales.
 // A8_ROW + a block format: x quantized to 8 bits per block of that type, integer dot products on the ggml
 // blocks in place (gemv_a8_blocks.h).
-// Rows (groups of 16 rows for the A8 formats) are split over torch's intra-op threads (at::parallel_for).
+// Rows (groups of 16 rows for the A8 formats) are split over torch's intra-op threads in chunks taken as the
+// threads come for them (parallel.h).
 
 #pragma once
-
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -17,12 +16,9 @@
 #include "gemv.h"
 #include "gemv_a8.h"
 #include "gemv_a8_blocks.h"
+#include "parallel.h"
 
 namespace scratchlm {
-
-// Rows per task: enough work to amortise waking a thread (~64 KB of weights), so a 2-thread split
-// only happens on matrices where it pays.
-inline int64_t grain(int64_t row_bytes) { return std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(row_bytes, 1)); }
 
 // The codes are ops.py's FORMAT_CODES.
 enum Format : int {
@@ -105,8 +101,7 @@ struct MatrixRef {
     if (is_a8(format)) return matvec_a8(x, y, B, residual);
     ActRows act;
     if (is_a8_row(format)) quantize_act_rows(x, B, K, act_qk(format), act);
-    at::parallel_for(0, N, grain(row_bytes()),
-                     [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, &act); });
+    parallel_chunks(N, row_chunk(N, row_bytes()), [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, &act); });
   }
 
   // Rows [n0, n1) of y on this thread (not the interleaved A8 formats); act: x rounded for an A8 row format.
@@ -134,7 +129,7 @@ struct MatrixRef {
     const bool q4 = format == Q4_1_A8;
     const auto* w = static_cast<const uint8_t*>(data);
     const int64_t groups = (N + GROUP - 1) / GROUP, L = ldy();
-    at::parallel_for(0, groups, grain(GROUP * row_bytes()), [&](int64_t g0, int64_t g1) {
+    parallel_chunks(groups, row_chunk(groups, GROUP * row_bytes()), [&](int64_t g0, int64_t g1) {
       float out[BATCH_TILE][GROUP];
       for (int64_t g = g0; g < g1; ++g) {
         const int64_t rows = std::min(GROUP, N - g * GROUP);
@@ -167,7 +162,7 @@ struct MatrixRef {
   void dequantize(float* out) const {
     const auto* bytes = static_cast<const uint8_t*>(data);
     const int64_t rb = row_bytes();
-    at::parallel_for(0, N, grain(rb), [&](int64_t n0, int64_t n1) {
+    parallel_chunks(N, row_chunk(N, rb), [&](int64_t n0, int64_t n1) {
       visit_blocks(format, [&](auto blk) { block_dequant<decltype(blk)>(bytes + n0 * rb, n1 - n0, K, out + n0 * K); });
     });
   }

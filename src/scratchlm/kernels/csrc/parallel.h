@@ -1,0 +1,49 @@
+// Splitting a kernel's rows over torch's intra-op threads by chunks handed out as the threads ask for them.
+//
+// at::parallel_for gives each thread one fixed contiguous share; when the OS takes a core away for a moment
+// (the server's event loop streaming a token, an HTTP client on the same machine, another process) the whole
+// region waits for the preempted thread's share. Here each thread takes the next chunk from a shared counter
+// until none is left, so a preempted thread holds up at most the chunk it is on, and the other threads finish
+// its share. The chunks are the same rows whichever thread runs them: results do not depend on the split.
+
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+namespace scratchlm {
+
+constexpr int64_t MIN_SPLIT_BYTES = 64 * 1024;    // below this much weight a matrix runs on one thread
+constexpr int64_t CHUNK_BYTES = 32 * 1024;        // at least this much weight per chunk (one atomic each)
+constexpr int64_t MAX_CHUNKS = 64;                // and at most this many chunks per call
+constexpr int64_t ROW_ALIGN = 8;                  // rows per chunk a multiple of the kernels' row tiles
+
+// Rows per chunk for n rows of row_bytes bytes each (n: no split).
+inline int64_t row_chunk(int64_t n, int64_t row_bytes) {
+  const int64_t total = n * std::max<int64_t>(row_bytes, 1);
+  if (total <= MIN_SPLIT_BYTES) return std::max<int64_t>(n, 1);
+  const int64_t bytes = std::max(CHUNK_BYTES, (total + MAX_CHUNKS - 1) / MAX_CHUNKS);
+  const int64_t rows = std::max<int64_t>(1, bytes / std::max<int64_t>(row_bytes, 1));
+  return std::min(n, (rows + ROW_ALIGN - 1) / ROW_ALIGN * ROW_ALIGN);
+}
+
+// fn(i0, i1) over [0, n) in chunks of `chunk` items, each chunk on whichever thread takes it next.
+template <typename Fn>
+void parallel_chunks(int64_t n, int64_t chunk, const Fn& fn) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(chunk, 1);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), chunks);
+  if (threads <= 1 || at::in_parallel_region()) return fn(0, n);
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
+         c = next.fetch_add(1, std::memory_order_relaxed))
+      fn(c * chunk, std::min(n, (c + 1) * chunk));
+  });
+}
+
+}  // namespace scratchlm

@@ -47,8 +47,9 @@ def layer_mask(t: int, s: int, start: int, key_padding: torch.Tensor | None, win
     False) means every key is visible (one decode step without padding or window)."""
     if window is not None and s <= window:
         window = None  # the window reaches back past slot 0: nothing to cut
-    if key_padding is not None and bool(key_padding.all()):
-        key_padding = None  # no key is padding (one prompt, or rows of one length): no mask needed
+    if key_padding is not None and key_padding.device.type == "cpu" and bool(key_padding.all()):
+        key_padding = None  # no key is padding (one prompt, or rows of one length): no mask needed (checked on
+        #                     the CPU only: on an accelerator the check is a host sync per layer; the mask is exact)
     if key_padding is not None:
         return causal_mask(t, s, start, device, window) & padding_to_attention_mask(key_padding), False
     if window is not None:

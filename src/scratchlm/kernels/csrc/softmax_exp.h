@@ -18,9 +18,11 @@
 
 namespace scratchlm {
 
+constexpr float EXP_UNDERFLOW = -87.33654f;  // below this exp(x) is 0 here (the lanes and the scalar tail alike)
+
 #if defined(SCRATCHLM_AVX2) || defined(SCRATCHLM_AVX512)
 inline __m256 exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.3762626647949f);
+  const __m256 lo = _mm256_set1_ps(EXP_UNDERFLOW), hi = _mm256_set1_ps(88.3762626647949f);
   const __m256 live = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);  // below: exp underflows to 0 (and -inf, NaN-free)
   x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
@@ -57,7 +59,7 @@ inline float exp_sum(float* p, int64_t n, float mx) {
 #endif
   for (; i < n; ++i) {
     const float x = p[i] - mx;
-    sum += (p[i] = x < -87.33654f ? 0.f : std::exp(x));  // the lanes' underflow to 0, as above
+    sum += (p[i] = x < EXP_UNDERFLOW ? 0.f : std::exp(x));
   }
   return sum;
 }

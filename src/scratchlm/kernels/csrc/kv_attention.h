@@ -70,8 +70,7 @@ struct PagedKV {
   // out[i] = offset(l, b, h, t0 + i) for t0 + i < t1, one table lookup per block
   void offsets(int64_t l, int64_t b, int64_t h, int64_t t0, int64_t t1, int64_t* out) const {
     for (int64_t t = t0; t < t1;) {
-      const int64_t within = t % bs, n = std::min(bs - within, t1 - t);
-      const int64_t o = l * lstride + ((tables[b * M + t / bs] * bs + within) * KvH + h) * Hd;
+      const int64_t n = std::min(bs - t % bs, t1 - t), o = offset(l, b, h, t);  // the rest of t's block
       for (int64_t j = 0; j < n; ++j) out[t - t0 + j] = o + j * KvH * Hd;
       t += n;
     }
@@ -110,8 +109,9 @@ void attend_kv(const float* q, const KV& kv, int64_t l, float* att, int64_t B, i
   const int64_t spans = (longest + width - 1) / width;
   std::vector<float> m(base * spans * G), lsum(base * spans * G), o(base * spans * G * Hd);
   parallel_chunks(base * spans, 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> p(G * width);
-    std::vector<int64_t> at(width);  // where each key / value of the span is
+    thread_local std::vector<float> p;      // scores, then weights, of the G heads over the span
+    thread_local std::vector<int64_t> at;   // where each key / value of the span is
+    p.resize(G * width), at.resize(width);  // (one item per chunk: kept per thread, not allocated per item)
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t r = i / (KvH * spans), kh = (i / spans) % KvH, part = i % spans, b = r / C;
       int64_t lo, S;

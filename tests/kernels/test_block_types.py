@@ -122,6 +122,43 @@ def test_kernels_equal_linear_on_dequantized(kernels, type_name: str, source: st
         assert err <= tol(x, w), (b, err, tol(x, w))
 
 
+@pytest.mark.parametrize("type_name", BLOCK_TYPES)
+def test_prompt_gemm_equals_linear_on_dequantized(kernels, type_name: str) -> None:
+    """From GEMM_MIN_ROWS (24) batch rows the blocks go through block_gemm.h (x packed in 16-token tiles, W
+    widened in 256-column slices, 6-row micro-kernels): == float64 x @ W^T within the fp32 bound, for 24-40
+    rows (partial token tiles), 13 weight rows (a 1-row remainder group) and K over two slices (a partial one
+    for the 32-value types); every row the same bits whatever the batch size (each (token, row) sum has one
+    fixed order)."""
+    k = 512 if GGML[type_name].block_size == 256 else 288
+    blocks = llama_cpp_blocks(type_name, N, k, seed=3)
+    w = dequantize_blocks(blocks)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(40, k, generator=g) * torch.rand(40, 1, generator=g) * 4
+    got = {b: ops.linear_blocks(kernels, x[:b], blocks) for b in (24, 29, 40)}
+    for b, y in got.items():
+        err = float((y.double() - x[:b].double() @ w.double().T).abs().max())
+        assert err <= tol(x[:b], w), (b, err, tol(x[:b], w))
+    assert torch.equal(got[40][:24], got[24]) and torch.equal(got[40][:29], got[29])
+
+
+def test_prompt_gemm_rows_do_not_depend_on_the_thread_split(kernels) -> None:
+    """A prompt-sized product over a matrix split between threads (chunks of rows, 6-row groups inside them):
+    1 and 2 threads give the same bits, and so does each part alone in a multi-part Linear."""
+    parts = tuple(llama_cpp_blocks(t, 301, 512, i) for i, t in enumerate(("Q4_K", "Q6_K", "Q5_0")))
+    lin = ops.block_linear(kernels, parts)
+    x = torch.randn(30, 512)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = lin.forward(x)
+        torch.set_num_threads(2)
+        two = lin.forward(x)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
+    assert torch.equal(one, torch.cat([ops.linear_blocks(kernels, x, p) for p in parts], dim=1))
+
+
 def test_k_quants_need_whole_super_blocks(kernels) -> None:
     short = GGMLBlocks("Q6_K", torch.zeros(4, 34, dtype=torch.uint8), (4, 64))  # 64 values: no whole super-block
     with pytest.raises(ValueError, match=r"Q6_K.*multiple of 256"):
@@ -152,7 +189,7 @@ def test_packed_linear_over_parts_of_every_kind(monkeypatch, native_on: bool) ->
     assert (lin.native is not None) == native_on and lin.blocks is None and len(lin.parts) == 5
     w = torch.cat([dequantize_blocks(p) for p in parts])
     assert torch.equal(lin.dequantized(), w * in_scale[None, :] * out_scale[:, None])
-    for b in (1, 3, 8):
+    for b in (1, 3, 8, 25):  # 25: the block parts through block_gemm.h, the F32 part through the GEMV
         x = torch.randn(b, 512, generator=g)
         ref = (F.linear((x * in_scale).double(), w.double()) * out_scale.double() + bias.double()).float()
         atol = tol(x * in_scale, w) * float(out_scale.max()) + 1e-6

@@ -33,15 +33,14 @@ import torch
 
 from scratchlm.generate.fast_decode import FastDecoder
 from scratchlm.model import TransformerLM
-from scratchlm.nn.block_linear import KERNEL_MAX_ROWS
 from scratchlm.nn.kv_cache import KVCache
 from scratchlm.nn.paged_kv_cache import PagedKVCache
 
 PREFILL_MODES = ("model", "bf16")
-# prompt tokens (all rows) the C++ chunk takes; beyond, the forward's widened tiles and GEMMs win. SmolLM2-135M
-# Q4_1 on a 2-core Zen 3, 27 cached tokens + n new, chunk vs forward (tiles past KERNEL_MAX_ROWS): n = 10
+# prompt tokens (all rows) the C++ chunk takes; beyond, the forward (the same kernels: nn/block_linear.py). SmolLM2-135M
+# Q4_1 on a 2-core Zen 3, 27 cached tokens + n new, chunk vs forward (then widened tiles past 24 rows): n = 10
 # 55 vs 116 ms, 24: 125 vs 209, 32: 159 vs 219, 48: 239 vs 271 (docs/generation.md)
-CHUNK_MAX_ROWS = 2 * KERNEL_MAX_ROWS
+CHUNK_MAX_ROWS = 48
 
 
 @functools.cache

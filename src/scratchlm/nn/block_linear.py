@@ -3,8 +3,9 @@
 W (out, in) is GGMLBlocks [firm layout: rows are output features, as Linear.weight]; nothing else of
 the matrix is kept. The reference path dequantizes a tile of rows at a time (quant/block_matmul.py:
 the same function as F.linear(x, dequantize(W)), with a bounded transient); the fast path, for up to
-KERNEL_MAX_ROWS rows of fp32 activations on the CPU (decoding, short prompts), is the C++ kernel that
-widens each block to fp32 in registers (kernels/, exact: tested equal up to fp32 summation order).
+KERNEL_MAX_ROWS rows of fp32 activations on the CPU (decoding, prompts), is the C++ kernels that widen each
+block exactly to fp32 (kernels/: in registers for a few rows, into cache-sized slices for a prompt's GEMM;
+tested equal up to fp32 summation order).
 W is data, not a parameter: a model of BlockLinears trains only what is added on top (LoRA adapters,
 QLoRA-style); gradients flow to x through the same tiles.
 """
@@ -19,9 +20,10 @@ from scratchlm.quant.block_matmul import Widen, block_linear, dequantize_rows
 from scratchlm.quant.blocks import GGMLBlocks
 from scratchlm.quant.dequantize import KERNEL_TYPES
 
-# rows of x up to which the GEMV kernel (the blocks widened in registers for 4 rows at a time) beats widening
-# tiles and torch's GEMM: measured crossovers of 24-40 rows (2-core Zen 3; a 1B Q4_K_M layer and SmolLM2 Q4_0)
-KERNEL_MAX_ROWS = 24
+# rows of x up to which the C++ kernels (the GEMV's passes of 8 rows, from 24 rows block_gemm.h's blocked GEMM on
+# slices widened once) beat widening 4 MiB tiles for torch's GEMM: 1.2-2.2x at 24-256 rows, parity at 512
+# (2-core Zen 3, a 1B model's Q4_K / Q6_K matrices; benchmarks/RESULTS.md)
+KERNEL_MAX_ROWS = 256
 DENSE_TYPES = ("F32", "F16", "BF16")  # stored values, not blocks: the C++ widening reads block types only
 
 

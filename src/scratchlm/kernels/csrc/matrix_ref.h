@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "block_gemm.h"
 #include "gemv.h"
 #include "gemv_a8.h"
 #include "gemv_a8_blocks.h"
@@ -96,19 +97,34 @@ struct MatrixRef {
     return v;
   }
 
+  // True when B rows of x go through block_gemm.h (x packed once per call) rather than gemv.h's passes.
+  bool gemm(int64_t B) const {
+    return B >= GEMM_MIN_ROWS && !is_dense(format) && !is_a8(format) && !is_a8_row(format);
+  }
+
   // y (B, ldy) row-major; x (B, K) row-major fp32; residual (B, ldy) or null (may alias y).
   void matvec(const float* x, float* y, int64_t B, const float* residual) const {
     if (is_a8(format)) return matvec_a8(x, y, B, residual);
     ActRows act;
+    PackedX packed;
     if (is_a8_row(format)) quantize_act_rows(x, B, K, act_qk(format), act);
-    parallel_chunks(N, row_chunk(N, row_bytes()), [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, &act); });
+    if (gemm(B)) packed.pack(x, B, K);
+    parallel_chunks(N, row_chunk(N, row_bytes()),
+                    [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, &act, &packed); });
   }
 
-  // Rows [n0, n1) of y on this thread (not the interleaved A8 formats); act: x rounded for an A8 row format.
+  // Rows [n0, n1) of y on this thread (not the interleaved A8 formats); act: x rounded for an A8 row format;
+  // packed: x packed for block_gemm.h (used when gemm(B)).
   void range(const float* x, float* y, int64_t B, const float* residual, int64_t n0, int64_t n1,
-             const ActRows* act) const {
+             const ActRows* act, const PackedX* packed) const {
     const int64_t L = ldy();
     const auto* bytes = static_cast<const uint8_t*>(data);
+    if (gemm(B)) {
+      visit_blocks(format, [&](auto blk) { gemm_block_rows<decltype(blk)>(*packed, bytes, y, L, n0, n1); });
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t n = n0; n < n1; ++n) y[b * L + n] = finish(y[b * L + n], b, n, residual);
+      return;
+    }
     const bool blocks = !is_a8_row(format) && format != F32 && format != BF16 && format != F16;
     const int64_t tile = blocks ? BLOCK_BATCH_TILE : BATCH_TILE;  // batch rows per pass over the weights
     for (int64_t b0 = 0; b0 < B; b0 += tile) {

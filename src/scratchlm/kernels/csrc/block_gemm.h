@@ -1,0 +1,154 @@
+// Prompt-sized products y (B, N) = x (B, K) @ W^T with W in ggml blocks, for B past a few rows: a GEMM on
+// blocks widened exactly to fp32, once per call.
+//
+// gemv.h widens every weight chunk in registers for each pass of up to 8 batch rows, and sums along K in each
+// lane (a dot product per (row, token), loads of x and of W for every FMA): at a prompt's 16-128 rows that
+// is ~30% of the FMA peak. Here, as in a BLAS GEMM, the work is blocked so that each operand is reused from
+// the cache that holds it:
+//   x  is packed once per call k-major in tiles of NT = 16 tokens, xt[tile][k][16] (zero-padded tokens);
+//   W  rows [m0, m0 + MC) x columns [k0, k0 + KC) are widened into a scratch block (the same values as
+//      dequantize, bit for bit: blocks.h's chunk), once per call;
+//   the micro-kernel keeps R x NT outputs in registers (R = 6 weight rows x 16 tokens = 12 AVX2 registers):
+//      for each k: acc[r][0:16] += w[r][k] (broadcast) * xt[k][0:16] (two vector loads),
+//   accumulating into a (rows, tiles, NT) scratch across the K slices.
+// Every y[t, n] is sum_k x[t, k] w[n, k] in one fixed order (k ascending within a KC slice, the slices' sums
+// added in order), whatever the thread split, tile, row group or batch size: results do not depend on B or on the
+// number of threads. The order differs from gemv.h's (fp32 rounding only). 2-core Zen 3, Q4_K 8192 x 2048:
+// ~110 GFLOP/s at 128 tokens against gemv.h's ~55 (benchmarks/RESULTS.md).
+
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "blocks.h"
+#include "simd.h"
+
+namespace scratchlm {
+
+constexpr int64_t GEMM_NT = 16;        // tokens per tile: one VF of lanes
+constexpr int GEMM_R = 6;              // weight rows per micro-kernel: 6 VF accumulators (12 AVX2 registers)
+constexpr int64_t GEMM_KC = 256;       // K per widened slice (a multiple of every block's QK)
+constexpr int64_t GEMM_MC = 8 * GEMM_R;  // rows per widened slice: 48 x 256 fp32 = 48 KB (L2)
+constexpr int64_t GEMM_MIN_ROWS = 24;  // batch rows from which this beats gemv.h's passes of 8 (RESULTS.md)
+
+// x (B, K) packed k-major in tiles of GEMM_NT tokens: t[(tile * K + k) * NT + lane], lanes past B zero.
+// The buffer starts on a 64-byte line: a tile's row of 16 floats is one line (two loads that never split one).
+struct PackedX {
+  std::vector<float> buf;
+  float* t = nullptr;
+  int64_t B = 0, K = 0, tiles = 0;
+
+  void pack(const float* x, int64_t B_, int64_t K_) {
+    B = B_, K = K_, tiles = (B + GEMM_NT - 1) / GEMM_NT;
+    buf.assign(tiles * K * GEMM_NT + 16, 0.0f);
+    t = buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) / sizeof(float)) % 16) % 16;
+    for (int64_t b = 0; b < B; ++b) {
+      float* dst = t + (b / GEMM_NT) * K * GEMM_NT + b % GEMM_NT;
+      const float* src = x + b * K;
+      for (int64_t k = 0; k < K; ++k) dst[k * GEMM_NT] = src[k];
+    }
+  }
+};
+
+// c[r][0:NT] += sum_{k < kc} w[r * ldw + k] * xt[k * NT + 0:NT] for r < R (c: R x NT floats); the slice's sum
+// is its own chain, added to c once (a K-long chain would round K times into one sum)
+template <int R, int64_t KC>  // KC > 0: the slice width known at compile time (the full slices); 0: kc
+inline void gemm_micro(const float* w, int64_t ldw, const float* xt, int64_t kc_, float* c) {
+  const int64_t kc = KC > 0 ? KC : kc_;
+#if defined(SCRATCHLM_AVX2)
+  // two 8-lane halves per row written out: through VF, GCC folded x into every FMA as a memory operand (18
+  // loads per 12 FMAs, load-port bound) or spilled accumulators
+  __m256 lo[R], hi[R];
+  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 x0 = _mm256_loadu_ps(xt + k * GEMM_NT), x1 = _mm256_loadu_ps(xt + k * GEMM_NT + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 wv = _mm256_broadcast_ss(w + r * ldw + k);
+      lo[r] = _mm256_fmadd_ps(wv, x0, lo[r]);
+      hi[r] = _mm256_fmadd_ps(wv, x1, hi[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * GEMM_NT;
+    _mm256_storeu_ps(cr, _mm256_add_ps(_mm256_loadu_ps(cr), lo[r]));
+    _mm256_storeu_ps(cr + 8, _mm256_add_ps(_mm256_loadu_ps(cr + 8), hi[r]));
+  }
+#else
+  VF acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = vzero();
+  for (int64_t k = 0; k < kc; ++k) {
+    const VF xv = vload(xt + k * GEMM_NT);
+    for (int r = 0; r < R; ++r) acc[r] = vfma(vset1(w[r * ldw + k]), xv, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) vstore(c + r * GEMM_NT, vadd(vload(c + r * GEMM_NT), acc[r]));
+#endif
+}
+
+template <int64_t KC>
+inline void gemm_micro_rows(int rows, const float* w, int64_t ldw, const float* xt, int64_t kc, float* c) {
+  switch (rows) {
+    case 6: return gemm_micro<6, KC>(w, ldw, xt, kc, c);
+    case 5: return gemm_micro<5, KC>(w, ldw, xt, kc, c);
+    case 4: return gemm_micro<4, KC>(w, ldw, xt, kc, c);
+    case 3: return gemm_micro<3, KC>(w, ldw, xt, kc, c);
+    case 2: return gemm_micro<2, KC>(w, ldw, xt, kc, c);
+    default: return gemm_micro<1, KC>(w, ldw, xt, kc, c);
+  }
+}
+
+// `rows` rows of W from w (row_bytes apart), columns [k0, k0 + kc), widened into out (rows x kc, ld GEMM_KC).
+template <typename Block>
+inline void widen_slice(const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k0, int64_t kc, float* out) {
+  alignas(64) float sc[32];
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* blk = w + r * row_bytes + k0 / Block::QK * Block::BYTES;
+    for (int64_t i = 0; i < kc / Block::QK; ++i, blk += Block::BYTES) {
+      chunk_scales<Block>(blk, sc);
+      float* dst = out + r * GEMM_KC + i * Block::QK;
+      for (int c = 0; c < static_cast<int>(Block::QK / 32); ++c) {
+        VF lo, hi;
+        Block::chunk(blk, sc, c, lo, hi);
+        vstore(dst + 32 * c, lo);
+        vstore(dst + 32 * c + 16, hi);
+      }
+    }
+  }
+}
+
+// y[b * ldy + n] = x[b] . W[n] for n in [n0, n1), every b < xp.B (W: N rows of K values in Block).
+template <typename Block>
+void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+  const int64_t K = xp.K, tiles = xp.tiles, rows = n1 - n0;
+  const int64_t row_bytes = K / Block::QK * Block::BYTES;
+  alignas(64) thread_local float wblk[GEMM_MC * GEMM_KC];  // the widened slice (48 KB)
+  thread_local std::vector<float> acc;                      // (row group, tile, R, NT) partial sums
+  const int64_t groups = (rows + GEMM_R - 1) / GEMM_R;
+  acc.assign(groups * tiles * GEMM_R * GEMM_NT, 0.0f);
+  for (int64_t m0 = 0; m0 < rows; m0 += GEMM_MC) {
+    const int64_t mc = std::min(GEMM_MC, rows - m0);
+    for (int64_t k0 = 0; k0 < K; k0 += GEMM_KC) {
+      const int64_t kc = std::min(GEMM_KC, K - k0);
+      widen_slice<Block>(w + (n0 + m0) * row_bytes, row_bytes, mc, k0, kc, wblk);
+      for (int64_t j = 0; j < tiles; ++j) {
+        const float* xt = xp.t + (j * K + k0) * GEMM_NT;
+        for (int64_t g = 0; g < mc; g += GEMM_R) {
+          float* c = acc.data() + (((m0 + g) / GEMM_R) * tiles + j) * GEMM_R * GEMM_NT;
+          const int r = static_cast<int>(std::min<int64_t>(GEMM_R, mc - g));
+          if (kc == GEMM_KC)  // a known trip count: ~1.4x the loop on a runtime one (2-core Zen 3)
+            gemm_micro_rows<GEMM_KC>(r, wblk + g * GEMM_KC, GEMM_KC, xt, kc, c);
+          else
+            gemm_micro_rows<0>(r, wblk + g * GEMM_KC, GEMM_KC, xt, kc, c);
+        }
+      }
+    }
+  }
+  for (int64_t b = 0; b < xp.B; ++b) {  // y's rows written along n (a column at a time is a page per value)
+    const float* c = acc.data() + (b / GEMM_NT) * GEMM_R * GEMM_NT + b % GEMM_NT;
+    float* yb = y + b * ldy + n0;
+    for (int64_t n = 0; n < rows; ++n) yb[n] = c[(n / GEMM_R) * tiles * GEMM_R * GEMM_NT + (n % GEMM_R) * GEMM_NT];
+  }
+}
+
+}  // namespace scratchlm

@@ -141,24 +141,6 @@ def test_prompt_gemm_equals_linear_on_dequantized(kernels, type_name: str) -> No
     assert torch.equal(got[40][:24], got[24]) and torch.equal(got[40][:29], got[29])
 
 
-def test_prompt_gemm_rows_do_not_depend_on_the_thread_split(kernels) -> None:
-    """A prompt-sized product over a matrix split between threads (chunks of rows, 6-row groups inside them):
-    1 and 2 threads give the same bits, and so does each part alone in a multi-part Linear."""
-    parts = tuple(llama_cpp_blocks(t, 301, 512, i) for i, t in enumerate(("Q4_K", "Q6_K", "Q5_0")))
-    lin = ops.block_linear(kernels, parts)
-    x = torch.randn(30, 512)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = lin.forward(x)
-        torch.set_num_threads(2)
-        two = lin.forward(x)
-    finally:
-        torch.set_num_threads(before)
-    assert torch.equal(one, two)
-    assert torch.equal(one, torch.cat([ops.linear_blocks(kernels, x, p) for p in parts], dim=1))
-
-
 def test_k_quants_need_whole_super_blocks(kernels) -> None:
     short = GGMLBlocks("Q6_K", torch.zeros(4, 34, dtype=torch.uint8), (4, 64))  # 64 values: no whole super-block
     with pytest.raises(ValueError, match=r"Q6_K.*multiple of 256"):
@@ -197,11 +179,13 @@ def test_packed_linear_over_parts_of_every_kind(monkeypatch, native_on: bool) ->
         torch.testing.assert_close(lin.residual(ref, x), ref + ref, rtol=0, atol=2 * atol)
 
 
-def test_kernel_linear_splits_parts_over_threads(kernels) -> None:
-    """A matrix of parts big enough to be split between threads gives the same rows as one thread."""
-    parts = tuple(llama_cpp_blocks(t, 300, 512, i) for i, t in enumerate(("Q4_K", "Q6_K", "Q8_0")))
+@pytest.mark.parametrize("rows", [2, 30])
+def test_kernel_linear_splits_parts_over_threads(kernels, rows: int) -> None:
+    """A matrix of parts big enough to be split between threads gives the same rows as one thread, and each
+    part alone the same bits: 2 rows through the GEMV, 30 through block_gemm.h (chunks of rows, 6-row groups)."""
+    parts = tuple(llama_cpp_blocks(t, 301, 512, i) for i, t in enumerate(("Q4_K", "Q6_K", "Q8_0")))
     lin = ops.block_linear(kernels, parts)
-    x = torch.randn(2, 512)
+    x = torch.randn(rows, 512)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)

@@ -20,10 +20,10 @@ from scratchlm.quant.block_matmul import Widen, block_linear, dequantize_rows
 from scratchlm.quant.blocks import GGMLBlocks
 from scratchlm.quant.dequantize import KERNEL_TYPES
 
-# rows of x up to which the C++ kernels (the GEMV's passes of 8 rows, from 24 rows block_gemm.h's blocked GEMM on
-# slices widened once) beat widening 4 MiB tiles for torch's GEMM: 1.2-2.2x at 24-256 rows, parity at 512
+# rows of x up to which the C++ kernels (the GEMV's passes of 8 rows, from 9 rows block_gemm.h's blocked GEMM on
+# slices widened once) beat widening 4 MiB tiles for torch's GEMM: 1.05-2.8x at 16-512 rows, 0.93x at 1024
 # (2-core Zen 3, a 1B model's Q4_K / Q6_K matrices; benchmarks/RESULTS.md)
-KERNEL_MAX_ROWS = 256
+KERNEL_MAX_ROWS = 512
 DENSE_TYPES = ("F32", "F16", "BF16")  # stored values, not blocks: the C++ widening reads block types only
 
 

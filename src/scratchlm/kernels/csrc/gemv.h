@@ -178,6 +178,7 @@ void block_dequant(const uint8_t* w, int64_t N, int64_t K, float* out) {
   alignas(64) float sc[32];
   for (int64_t i = 0; i < N * nblk; ++i) {
     chunk_scales<Block>(w + i * Block::BYTES, sc);
+#pragma GCC unroll 8  // a constant chunk index (block_gemm.h's widen_slice: 3.7x)
     for (int c = 0; c < static_cast<int>(Block::QK / 32); ++c) {
       VF lo, hi;
       Block::chunk(w + i * Block::BYTES, sc, c, lo, hi);

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from scratchlm.generate.fast_decode import FastDecoder
-from scratchlm.generate.prefill import CHUNK_MAX_ROWS, prefill
+from scratchlm.generate.prefill import CHUNK_MAX_ROWS, PROMPT_CHUNK_MAX_ROWS, prefill
 from scratchlm.kernels.build import native
 
 from test_native_step import VARIANTS, model, on_blocks  # noqa: E402  (tests/kernels is on sys.path under pytest)
@@ -79,12 +79,26 @@ def test_prefill_routes_short_prompts_through_the_chunk_with_left_padding(monkey
     for row, first in ((0, 3), (1, 0)):
         torch.testing.assert_close(caches[1].k[:, row, :, first:8], caches[0].k[:, row, :, first:8], rtol=1e-4,
                                    atol=5e-5)
-    assert CHUNK_MAX_ROWS >= 16
-    monkeypatch.setattr("scratchlm.generate.prefill.CHUNK_MAX_ROWS", 8)  # the model's context is 48 tokens
+    assert PROMPT_CHUNK_MAX_ROWS >= CHUNK_MAX_ROWS >= 16
+    # the model's context is 48 tokens: smaller limits. Every matrix in blocks: the blocks' limit applies
+    assert dec.prompt_gemm
+    monkeypatch.setattr("scratchlm.generate.prefill.CHUNK_MAX_ROWS", 4)
+    monkeypatch.setattr("scratchlm.generate.prefill.PROMPT_CHUNK_MAX_ROWS", 8)
     with torch.no_grad():
         prefill(m, ids[:1, :4], torch.arange(4)[None], None, m.new_kv_cache(1, 16), decoder=dec)
         prefill(m, ids[:, :5], torch.arange(5).expand(2, 5), None, m.new_kv_cache(2, 16), decoder=dec)
-    assert calls == [(2, 8), (1, 4)]  # 2 x 5 = 10 tokens > 8: the forward (tiled GEMMs on long prompts)
+    assert calls == [(2, 8), (1, 4)]  # 2 x 5 = 10 tokens > 8: the forward
+    # a dense decoder (fp32 matrices: the GEMV's passes in C++) keeps CHUNK_MAX_ROWS
+    dm = model(n_kv_heads=2)
+    dense = FastDecoder(dm)
+    assert not dense.prompt_gemm and dense.native is not None
+    dense_calls = []
+    dense_chunk = dense.chunk
+    dense.chunk = lambda *a: dense_calls.append(a[0].shape) or dense_chunk(*a)
+    with torch.no_grad():
+        for p in (4, 6):
+            prefill(dm, ids[:1, :p], torch.arange(p)[None], None, dm.new_kv_cache(1, 16), decoder=dense)
+    assert dense_calls == [(1, 4)]
 
 
 def test_chunk_refuses_an_overflow_and_a_decoder_without_native() -> None:

@@ -10,9 +10,9 @@
              bound the logit error, benchmarks/real_decode.py reports greedy agreement with HF fp32.
 Only an fp32 model on CPU has a "bf16" prefill to gain; other models take the "model" path.
 
-A short prompt (at most CHUNK_MAX_ROWS tokens in all rows) whose decode step runs in C++ (FastDecoder.native)
-goes through that step's `chunk` instead of the model's forward in "model" mode: the same function (its
-kernels are the ones the forward uses for so few rows) without ~30 torch ops per layer; a server's
+A short prompt (at most CHUNK_MAX_ROWS tokens in all rows; PROMPT_CHUNK_MAX_ROWS on ggml blocks) whose
+decode step runs in C++ (FastDecoder.native) goes through that step's `chunk` instead of the model's forward
+in "model" mode: the same function (its kernels are the ones the forward uses for so many rows) without ~30 torch ops per layer; a server's
 prefix-cache hit leaves a handful of new prompt tokens, where that dispatch was most of the time to the
 first token.
 
@@ -37,10 +37,16 @@ from scratchlm.nn.kv_cache import KVCache
 from scratchlm.nn.paged_kv_cache import PagedKVCache
 
 PREFILL_MODES = ("model", "bf16")
-# prompt tokens (all rows) the C++ chunk takes; beyond, the forward (the same kernels: nn/block_linear.py). SmolLM2-135M
-# Q4_1 on a 2-core Zen 3, 27 cached tokens + n new, chunk vs forward (then widened tiles past 24 rows): n = 10
-# 55 vs 116 ms, 24: 125 vs 209, 32: 159 vs 219, 48: 239 vs 271 (docs/generation.md)
+# prompt tokens (all rows) the C++ chunk takes; beyond, the forward. SmolLM2-135M Q4_1 on a 2-core Zen 3, 27
+# cached tokens + n new, chunk vs forward (then widened tiles past 24 rows): n = 10 55 vs 116 ms, 24: 125 vs 209,
+# 32: 159 vs 219, 48: 239 vs 271 (docs/generation.md). Also the server's grain for C++ sets of joining prompt
+# chunks and speculative verification (serve/joining.py, serve/speculation.py).
 CHUNK_MAX_ROWS = 48
+# the same for a decoder whose matrices are all ggml blocks (FastDecoder.prompt_gemm): its prompt rows run
+# through block_gemm.h as the forward's do, and the chunk saves ~30 torch ops per layer. 2 threads, best of 3,
+# chunk vs forward tok/s: 1B Q4_K_M 64 tokens 64 vs 59, 128: 58 vs 58, 256: 55 vs 55; SmolLM2 Q4_K_M 64: 333 vs
+# 243, 128: 357 vs 319, 256: 350 vs 347 (a dense F16 0.6B at 256: 58 vs 68, so dense keeps CHUNK_MAX_ROWS)
+PROMPT_CHUNK_MAX_ROWS = 256
 
 
 @functools.cache
@@ -65,12 +71,14 @@ def bf16_copy(model: TransformerLM) -> TransformerLM:
 def chunk_fits(decoder: FastDecoder | None, ids: torch.Tensor, mask: torch.Tensor | None, cache: KVCache,
                mode: str) -> bool:
     """True when the C++ chunk runs this prefill: a decoder with a native step, the "model" mode, a contiguous
-    fp32 cache, at most CHUNK_MAX_ROWS prompt tokens in all, and no mask or a (B, S + P) key mask."""
+    fp32 cache, at most CHUNK_MAX_ROWS prompt tokens in all (PROMPT_CHUNK_MAX_ROWS when every matrix is in
+    ggml blocks), and no mask or a (B, S + P) key mask."""
     if decoder is None or decoder.native is None or mode != "model" or type(cache) is not KVCache:
         return False
     b, p = ids.shape
     key_mask_ok = mask is None or (mask.dtype == torch.bool and tuple(mask.shape) == (b, cache.seq_len + p))
-    return b * p <= CHUNK_MAX_ROWS and key_mask_ok and cache.k.dtype == torch.float32
+    limit = PROMPT_CHUNK_MAX_ROWS if decoder.prompt_gemm else CHUNK_MAX_ROWS
+    return b * p <= limit and key_mask_ok and cache.k.dtype == torch.float32
 
 
 def prefill(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,

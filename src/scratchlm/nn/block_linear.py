@@ -25,6 +25,7 @@ from scratchlm.quant.dequantize import KERNEL_TYPES
 # (2-core Zen 3, a 1B model's Q4_K / Q6_K matrices; benchmarks/RESULTS.md)
 KERNEL_MAX_ROWS = 512
 DENSE_TYPES = ("F32", "F16", "BF16")  # stored values, not blocks: the C++ widening reads block types only
+DENSE_KERNEL_MAX_ROWS = 24  # a dense matrix's rows go through the GEMV's passes (no GEMM in C++): torch's beyond
 
 
 class BlockLinear(nn.Module):
@@ -53,7 +54,8 @@ class BlockLinear(nn.Module):
 
     def _kernel(self, x: torch.Tensor) -> bool:
         rows = x.numel() // max(x.shape[-1], 1)
-        return (rows <= KERNEL_MAX_ROWS and x.dtype == torch.float32 and x.device.type == "cpu"
+        limit = DENSE_KERNEL_MAX_ROWS if self.ggml_type in DENSE_TYPES else KERNEL_MAX_ROWS
+        return (rows <= limit and x.dtype == torch.float32 and x.device.type == "cpu"
                 and self.data.device.type == "cpu" and self.ggml_type in KERNEL_TYPES and not x.requires_grad
                 and ops.fits(self.blocks) and ops.native_kernels() is not None)
 

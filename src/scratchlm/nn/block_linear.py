@@ -3,9 +3,9 @@
 W (out, in) is GGMLBlocks [firm layout: rows are output features, as Linear.weight]; nothing else of
 the matrix is kept. The reference path dequantizes a tile of rows at a time (quant/block_matmul.py:
 the same function as F.linear(x, dequantize(W)), with a bounded transient); the fast path, for up to
-KERNEL_MAX_ROWS rows of fp32 activations on the CPU (decoding, prompts), is the C++ kernels that widen each
-block exactly to fp32 (kernels/: in registers for a few rows, into cache-sized slices for a prompt's GEMM;
-tested equal up to fp32 summation order).
+KERNEL_MAX_ROWS rows of fp32 activations on the CPU (decoding, prompts; DENSE_KERNEL_MAX_ROWS for an F32 /
+F16 / BF16 matrix), is the C++ kernels that widen each block exactly to fp32 (kernels/: in registers for a
+few rows, into cache-sized slices for a prompt's GEMM; tested equal up to fp32 summation order).
 W is data, not a parameter: a model of BlockLinears trains only what is added on top (LoRA adapters,
 QLoRA-style); gradients flow to x through the same tiles.
 """

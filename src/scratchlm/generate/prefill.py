@@ -12,9 +12,9 @@ Only an fp32 model on CPU has a "bf16" prefill to gain; other models take the "m
 
 A short prompt (at most CHUNK_MAX_ROWS tokens in all rows; PROMPT_CHUNK_MAX_ROWS on ggml blocks) whose
 decode step runs in C++ (FastDecoder.native) goes through that step's `chunk` instead of the model's forward
-in "model" mode: the same function (its kernels are the ones the forward uses for so many rows) without ~30 torch ops per layer; a server's
-prefix-cache hit leaves a handful of new prompt tokens, where that dispatch was most of the time to the
-first token.
+in "model" mode: the same function (its kernels are the ones the forward uses for so many rows) without ~30
+torch ops per layer; a server's prefix-cache hit leaves a handful of new prompt tokens, where that dispatch
+was most of the time to the first token.
 
 longrope (Phi-3.5, Phi-4-mini) rotates with its short factors while the sequence is at most L0 =
 original_max_position_embeddings long and with its long factors beyond. Keys cached below L0 carry the

@@ -14,7 +14,7 @@
 // Every y[t, n] is sum_k x[t, k] w[n, k] in one fixed order (k ascending within a KC slice, the slices' sums
 // added in order), whatever the thread split, tile, row group or batch size: results do not depend on B or on the
 // number of threads. The order differs from gemv.h's (fp32 rounding only). 2-core Zen 3, Q4_K 8192 x 2048:
-// ~110 GFLOP/s at 128 tokens against gemv.h's ~55 (benchmarks/RESULTS.md).
+// ~100-130 GFLOP/s at 16-128 tokens against gemv.h's ~58 (benchmarks/block_gemm.py, RESULTS.md).
 
 #pragma once
 
@@ -37,8 +37,12 @@ constexpr int64_t GEMM_MIN_ROWS = 9;  // more rows than one of gemv.h's passes o
 // The buffer starts on a 64-byte line: a tile's row of 16 floats is one line (two loads that never split one).
 struct PackedX {
   std::vector<float> buf;
-  float* t = nullptr;
+  float* t = nullptr;  // into buf: not copyable
   int64_t B = 0, K = 0, tiles = 0;
+
+  PackedX() = default;
+  PackedX(const PackedX&) = delete;
+  PackedX& operator=(const PackedX&) = delete;
 
   void pack(const float* x, int64_t B_, int64_t K_) {
     B = B_, K = K_, tiles = (B + GEMM_NT - 1) / GEMM_NT;
@@ -101,20 +105,10 @@ inline void gemm_micro_rows(int rows, const float* w, int64_t ldw, const float* 
 // `rows` rows of W from w (row_bytes apart), columns [k0, k0 + kc), widened into out (rows x kc, ld GEMM_KC).
 template <typename Block>
 inline void widen_slice(const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k0, int64_t kc, float* out) {
-  alignas(64) float sc[32];
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* blk = w + r * row_bytes + k0 / Block::QK * Block::BYTES;
-    for (int64_t i = 0; i < kc / Block::QK; ++i, blk += Block::BYTES) {
-      chunk_scales<Block>(blk, sc);
-      float* dst = out + r * GEMM_KC + i * Block::QK;
-#pragma GCC unroll 8  // a constant chunk index: 3.7x the widening of a runtime one (Q4_K, one Zen 3 core)
-      for (int c = 0; c < static_cast<int>(Block::QK / 32); ++c) {
-        VF lo, hi;
-        Block::chunk(blk, sc, c, lo, hi);
-        vstore(dst + 32 * c, lo);
-        vstore(dst + 32 * c + 16, hi);
-      }
-    }
+    for (int64_t i = 0; i < kc / Block::QK; ++i)
+      widen_block<Block>(blk + i * Block::BYTES, out + r * GEMM_KC + i * Block::QK);
   }
 }
 

@@ -174,18 +174,7 @@ void block_rows(const float* x, const uint8_t* w, float* y, int64_t K, int64_t l
 // W (N, K) of blocks -> its fp32 values (N, K), through the kernels' own widening (a test of it).
 template <typename Block>
 void block_dequant(const uint8_t* w, int64_t N, int64_t K, float* out) {
-  const int64_t nblk = K / Block::QK;
-  alignas(64) float sc[32];
-  for (int64_t i = 0; i < N * nblk; ++i) {
-    chunk_scales<Block>(w + i * Block::BYTES, sc);
-#pragma GCC unroll 8  // a constant chunk index (block_gemm.h's widen_slice: 3.7x)
-    for (int c = 0; c < static_cast<int>(Block::QK / 32); ++c) {
-      VF lo, hi;
-      Block::chunk(w + i * Block::BYTES, sc, c, lo, hi);
-      vstore(out + i * Block::QK + 32 * c, lo);
-      vstore(out + i * Block::QK + 32 * c + 16, hi);
-    }
-  }
+  for (int64_t i = 0; i < N * (K / Block::QK); ++i) widen_block<Block>(w + i * Block::BYTES, out + i * Block::QK);
 }
 
 // Dense element types: SIZE bytes per value, load = 16 values widened exactly.

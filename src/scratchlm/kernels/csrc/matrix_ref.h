@@ -35,6 +35,8 @@ inline bool is_a8_row(int format) {
   const int base = format - A8_ROW;
   return base >= 0 && base < FORMAT_END && !is_dense(base) && !is_a8(base);
 }
+// ggml blocks read in place with fp32 x (gemv.h, block_gemm.h): not dense, not an A8 form
+inline bool is_plain_blocks(int format) { return !is_dense(format) && !is_a8(format) && !is_a8_row(format); }
 
 // fn(Block{}) for a block format (the A8 formats: the ggml blocks they are made from); false for a dense one.
 template <typename Fn>
@@ -99,7 +101,7 @@ struct MatrixRef {
 
   // True when B rows of x go through block_gemm.h (x packed once per call) rather than gemv.h's passes.
   bool gemm(int64_t B) const {
-    return B >= GEMM_MIN_ROWS && !is_dense(format) && !is_a8(format) && !is_a8_row(format);
+    return B >= GEMM_MIN_ROWS && is_plain_blocks(format);
   }
 
   // y (B, ldy) row-major; x (B, K) row-major fp32; residual (B, ldy) or null (may alias y).
@@ -125,8 +127,7 @@ struct MatrixRef {
         for (int64_t n = n0; n < n1; ++n) y[b * L + n] = finish(y[b * L + n], b, n, residual);
       return;
     }
-    const bool blocks = !is_a8_row(format) && format != F32 && format != BF16 && format != F16;
-    const int64_t tile = blocks ? BLOCK_BATCH_TILE : BATCH_TILE;  // batch rows per pass over the weights
+    const int64_t tile = is_plain_blocks(format) ? BLOCK_BATCH_TILE : BATCH_TILE;  // batch rows per weight pass
     for (int64_t b0 = 0; b0 < B; b0 += tile) {
       const int64_t nb = std::min(tile, B - b0);
       if (is_a8_row(format)) {

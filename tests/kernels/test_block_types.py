@@ -6,7 +6,8 @@ llama.cpp's own quantizer (tests/quant/ggml_c_lib.py):
 - the kernels' widening equals dequantize_blocks bit for bit (torch.equal), seen two ways: the debug entry
   `dequantize` (the same chunk code the GEMVs run) and the GEMV itself on one-hot rows (x = I: y = W^T exactly);
 - the GEMV equals float64 x @ W^T (W = dequantize_blocks) for every batch size 1..8 within the fp32
-  summation bound 1e-6 * max_n sum_k |x_k w_nk| + 1e-7 (as tests/kernels/test_linear_kernels.py);
+  summation bound 1e-6 * max_n sum_k |x_k w_nk| + 1e-7 (as tests/kernels/test_linear_kernels.py), one batch
+  row of the types gemv_centered.h takes both ways (its sub-block sums, and gemv.h's widening switched on);
 - PackedLinear over parts of different types (scales, bias, residual) with and without the compiled
   kernels (SCRATCHLM_KERNELS=0's path: F.linear on the dequantized parts) is the same function.
 """
@@ -45,8 +46,9 @@ def kernels():
 
 
 def width(type_name: str) -> int:
-    """K: two blocks of a K-quant, three 32-blocks, 48 dense values (not a multiple of 32)."""
-    return {1: 48, 32: 96, 256: 512}[GGML[type_name].block_size]
+    """K: two blocks of a K-quant, nine 32-blocks (gemv_centered.h's group of 8 and a partial one), 48 dense
+    values (not a multiple of 32)."""
+    return {1: 48, 32: 288, 256: 512}[GGML[type_name].block_size]
 
 
 def finite_f16(g: torch.Generator, shape: tuple[int, ...]) -> torch.Tensor:
@@ -108,9 +110,21 @@ def test_kernel_widening_is_dequantize_bit_for_bit(kernels, type_name: str, sour
     assert torch.equal(ops.linear_blocks(kernels, torch.eye(blocks.shape[1]), blocks).T, want)
 
 
+@pytest.mark.parametrize("centered", [True, False])
 @pytest.mark.parametrize("source", sorted(SOURCES))
 @pytest.mark.parametrize("type_name", KERNEL_TYPES)
-def test_kernels_equal_linear_on_dequantized(kernels, type_name: str, source: str) -> None:
+def test_kernels_equal_linear_on_dequantized(kernels, type_name: str, source: str, centered: bool) -> None:
+    """centered: one batch row of Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K by gemv_centered.h's sub-block sums
+    (the default on AVX2) or, switched off, by gemv.h's widening like every other type and batch size."""
+    before = kernels.set_centered(centered)
+    assert before is True  # the default, restored below
+    try:
+        check_linear_on_dequantized(kernels, type_name, source)
+    finally:
+        kernels.set_centered(True)
+
+
+def check_linear_on_dequantized(kernels, type_name: str, source: str) -> None:
     blocks = SOURCES[source](type_name, N, width(type_name), seed=1)
     w = dequantize_blocks(blocks)
     g = torch.Generator().manual_seed(2)

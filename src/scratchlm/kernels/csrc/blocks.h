@@ -206,7 +206,7 @@ struct Q3_KBlock {
 
 // Q4_K / Q5_K: the 8 six-bit scales and 8 mins of the 12 bytes q (ggml's get_scale_min_k4), unpacked as
 // ggml's vec_dot does, times d and -dmin: v[j] = d sc_j, v[8 + j] = -(dmin m_j) for sub-block j
-inline void k4_scales8(const uint8_t* p, float* v) {
+[[gnu::always_inline]] inline void k4_scales8(const uint8_t* p, float* v) {
   uint32_t u[4];
   std::memcpy(u, p + 4, 12);
   const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;

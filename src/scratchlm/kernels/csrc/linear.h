@@ -94,8 +94,10 @@ struct Linear {
     if (parts.size() == 1) return parts[0].matvec(x, y, B, residual);
     ActRows act32, act256;  // x rounded once for the A8 row parts (per 32 / per 256 values)
     PackedX packed;         // x packed once for the parts that run block_gemm.h
+    SumsX sums;             // x prepared once for the parts that run gemv_centered.h
     for (const auto& p : parts) {
       if (p.gemm(B) && packed.B == 0) packed.pack(x, B, K);
+      if (p.centered(B) && sums.K == 0) sums.prepare(x, K);
       if (!is_a8_row(p.format)) continue;
       ActRows& a = act_qk(p.format) == 256 ? act256 : act32;
       if (a.qk == 0) quantize_act_rows(x, B, K, act_qk(p.format), a);
@@ -105,7 +107,8 @@ struct Linear {
       for (size_t i = 0; i < parts.size(); ++i) {
         const int64_t s = starts[i], lo = std::max(n0, s), hi = std::min(n1, s + parts[i].N);
         const ActRows* act = act_qk(parts[i].format) == 256 ? &act256 : &act32;
-        if (lo < hi) parts[i].range(x, y + s, B, residual ? residual + s : nullptr, lo - s, hi - s, act, &packed);
+        if (lo < hi)
+          parts[i].range(x, y + s, B, residual ? residual + s : nullptr, lo - s, hi - s, act, &packed, &sums);
       }
     });
   }

@@ -1,6 +1,7 @@
 // One weight matrix W (N, K) in a Format, as raw bytes, and the GEMV around it:
 //   y[b, n] = (x[b] . W[n]) * out_scale[n] + bias[n] (+ residual[b, n]); optional pointers may be null.
-// F32 / BF16 / F16 and every ggml block type: fp32 x against exactly the dequantized W (gemv.h).
+// F32 / BF16 / F16 and every ggml block type: fp32 x against exactly the dequantized W (gemv.h; one batch row
+// of the K-quants on AVX2: gemv_centered.h, the same function by sub-block sums).
 // Q8_0_A8 / Q4_1_A8: x quantized to 8 bits per 32-block first, integer dot products (gemv_a8.h); `data`
 // then points at the repacked weights and `aux` at their fp16 scales.
 // A8_ROW + a block format: x quantized to 8 bits per block of that type, integer dot products on the ggml
@@ -15,6 +16,7 @@
 
 #include "block_gemm.h"
 #include "gemv.h"
+#include "gemv_centered.h"
 #include "gemv_a8.h"
 #include "gemv_a8_blocks.h"
 #include "parallel.h"
@@ -99,6 +101,14 @@ struct MatrixRef {
     return v;
   }
 
+  // True when one batch row goes through gemv_centered.h (x prepared once per call as SumsX).
+  bool centered(int64_t B) const {
+    bool yes = false;
+    if (B == 1 && is_plain_blocks(format) && centered_enabled.load(std::memory_order_relaxed))
+      visit_blocks(format, [&](auto blk) { yes = has_centered<decltype(blk)>(); });
+    return yes;
+  }
+
   // True when B rows of x go through block_gemm.h (x packed once per call) rather than gemv.h's passes.
   bool gemm(int64_t B) const {
     return B >= GEMM_MIN_ROWS && is_plain_blocks(format);
@@ -109,18 +119,27 @@ struct MatrixRef {
     if (is_a8(format)) return matvec_a8(x, y, B, residual);
     ActRows act;
     PackedX packed;
+    SumsX sums;
     if (is_a8_row(format)) quantize_act_rows(x, B, K, act_qk(format), act);
     if (gemm(B)) packed.pack(x, B, K);
+    if (centered(B)) sums.prepare(x, K);
     parallel_chunks(N, row_chunk(N, row_bytes()),
-                    [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, &act, &packed); });
+                    [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, &act, &packed, &sums); });
   }
 
   // Rows [n0, n1) of y on this thread (not the interleaved A8 formats); act: x rounded for an A8 row format;
-  // packed: x packed for block_gemm.h (used when gemm(B)).
+  // packed: x packed for block_gemm.h (used when gemm(B)); sums: x prepared for gemv_centered.h (when centered(B)).
   void range(const float* x, float* y, int64_t B, const float* residual, int64_t n0, int64_t n1,
-             const ActRows* act, const PackedX* packed) const {
+             const ActRows* act, const PackedX* packed, const SumsX* sums) const {
     const int64_t L = ldy();
     const auto* bytes = static_cast<const uint8_t*>(data);
+    if (B == 1 && sums != nullptr && sums->K == K && centered(B)) {  // prepared by the caller: the switch may move
+      visit_blocks(format, [&](auto blk) {
+        if constexpr (has_centered<decltype(blk)>()) centered_rows<decltype(blk)>(*sums, bytes, y, n0, n1);
+      });
+      for (int64_t n = n0; n < n1; ++n) y[n] = finish(y[n], 0, n, residual);
+      return;
+    }
     if (gemm(B)) {
       visit_blocks(format, [&](auto blk) { gemm_block_rows<decltype(blk)>(*packed, bytes, y, L, n0, n1); });
       for (int64_t b = 0; b < B; ++b)

@@ -124,6 +124,9 @@ std::string simd() {
 #endif
 }
 
+// Route one batch row of the block types through gemv_centered.h (true, the default) or gemv.h; the old value.
+bool set_centered(bool on) { return scratchlm::centered_enabled.exchange(on); }
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -136,6 +139,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_f32", &linear_f32, nogil(), "x (B, K) fp32 @ W (N, K) fp32 ^T -> (B, N)");
   m.def("linear_bf16", &linear_bf16, nogil(), "x (B, K) fp32 @ W (N, K) bf16 ^T -> (B, N)");
   m.def("has_avx512", &has_avx512, "built with the AVX-512 inner loops");
+  m.def("set_centered", &set_centered, "one batch row of the block types by sub-block sums (gemv_centered.h, "
+        "default) or by widening (gemv.h); returns the previous setting (benchmarks compare the two)");
   m.def("simd", &simd, "the inner loops' instruction set: avx512, avx2 or portable");
   m.def("has_vnni", &has_vnni, "the A8 (8-bit activation) kernels use AVX512-VNNI");
   m.def("quantize_act", &quantize_act, nogil(), "x (B, K) fp32 -> (q int8, d fp32 per 32-block)");

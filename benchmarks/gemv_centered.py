@@ -1,0 +1,113 @@
+"""b1 decode with the centered sub-block-sum kernels (kernels/csrc/gemv_centered.h) on and off, and llama.cpp, in
+one process on the same GGUF file.
+
+`python benchmarks/gemv_centered.py [--only NAME] [--rounds 8] [--steps 32]`
+
+The VM this project is measured on swings by 20-40% over minutes, more than the change measured here, so the
+three engines run in one process, alternating blocks of --steps decode steps (2 threads each; a wait for a
+quiet machine before each round): scratchlm `fast-gguf` with gemv_centered.h (the default), the same model with
+`set_centered(False)` (gemv.h's widening for every type), and llama.cpp (llama-cpp-python) on the same file.
+Every engine decodes token 1000 after a 16-token prompt, so all three run the same shapes. The files are
+gguf_decode.py's (SmolLM2 re-quantized by llama.cpp, the shipped Q4_1, the random 1B / 3B Llama Q4_K_M: made
+there when missing). Prints one JSON object last: per file tok/s of each engine (steps / total time) and the
+per-round ratios centered / widened and centered / llama.cpp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+
+def measure(path: Path, rounds: int, steps: int, quiet: dict, quiet_timeout: float) -> dict:
+    """The three engines on one file, alternating blocks of `steps` steps over `rounds` rounds."""
+    import torch
+    from gguf_decode import file_types
+    from llama_cpp import Llama
+    from quiet import wait_quiet
+
+    from scratchlm.generate.decode_step import make_decode_step, resolve_decode
+    from scratchlm.generate.prefill import prefill
+    from scratchlm.interop.gguf.model_load import load_gguf
+    from scratchlm.kernels.build import native
+
+    torch.set_num_threads(2)
+    prompt, token = list(range(100, 116)), 1000
+    length = len(prompt) + (rounds + 1) * steps + 8
+    llm = Llama(model_path=str(path), n_ctx=length, n_threads=2, n_threads_batch=2, verbose=False)
+    llm.eval(prompt)
+    model = load_gguf(path, attn_impl="sdpa")
+    step = make_decode_step(model, resolve_decode(model, "fast-gguf"))
+    mod = native()
+    times = {"centered": 0.0, "widened": 0.0, "llamacpp": 0.0}
+    per_round = []
+    try:
+        with torch.inference_mode():
+            caches = {k: model.new_kv_cache(1, max_seq_len=length) for k in ("centered", "widened")}
+            for cache in caches.values():
+                prefill(model, torch.tensor([prompt]), torch.arange(len(prompt))[None], None, cache)
+
+            def ours(name: str) -> float:
+                mod.set_centered(name == "centered")
+                cache = caches[name]
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    step(torch.tensor([[token]]), torch.tensor([[cache.seq_len]]), None, cache)
+                return time.perf_counter() - t0
+
+            def theirs() -> float:
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    llm.eval([token])
+                return time.perf_counter() - t0
+
+            ours("centered"), ours("widened"), theirs()  # warm-up: first-call costs, pages of the file
+            for _ in range(rounds):
+                wait_quiet(timeout_s=quiet_timeout, stats=quiet)
+                r = {"centered": ours("centered"), "widened": ours("widened"), "llamacpp": theirs()}
+                for k, v in r.items():
+                    times[k] += v
+                per_round.append(r)
+    finally:
+        mod.set_centered(True)
+        llm.close()
+    return {"tok_s": {k: round(rounds * steps / v, 2) for k, v in times.items()},
+            "centered_over_widened": [round(r["widened"] / r["centered"], 3) for r in per_round],
+            "centered_over_llamacpp": [round(r["llamacpp"] / r["centered"], 3) for r in per_round],
+            "types": file_types(path)}
+
+
+def main() -> None:
+    from gguf_decode import big_files, smollm2_files
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--workdir", type=Path, default=Path.home() / ".cache" / "scratchlm-bench" / "gguf")
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--steps", type=int, default=32, help="decode steps per engine per round")
+    p.add_argument("--big", action="store_true", help="also the random 1B / 3B Llama Q4_K_M files")
+    p.add_argument("--only", action="append", default=[], help="run only files whose name contains this")
+    p.add_argument("--quiet-timeout", type=float, default=300.0)
+    args = p.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    files = smollm2_files(args.workdir)
+    if args.big:
+        files.update(big_files(args.workdir))
+    if args.only:
+        files = {k: v for k, v in files.items() if any(o in k for o in args.only)}
+    quiet: dict = {}
+    report = {"files": {}, "settings": {"rounds": args.rounds, "steps": args.steps, "threads": 2}}
+    for name, path in files.items():
+        report["files"][name] = measure(path, args.rounds, args.steps, quiet, args.quiet_timeout)
+        print(name, json.dumps(report["files"][name]), flush=True)
+    report["quiet"] = quiet
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

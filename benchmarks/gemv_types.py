@@ -4,7 +4,9 @@ For each type (F32, F16, BF16 and every block type quant/dequantize.py reads) an
 (N x K = 2048 x 8192, a down projection's long rows, and 8192 x 2048), ours is `ops.linear_blocks` on one
 fp32 row (the kernel `decode="fast-gguf"` runs per matrix: W widened exactly, fp32 FMAs) and, for the block
 types, its A8 row form (`a8=True`: x rounded to 8 bits per block, integer dot products; the "gguf_a8"
-format) as ours_a8_gb_s; the peer is the
+format) as ours_a8_gb_s, and gemv.h's widening with the centered kernels switched off (`set_centered(False)`:
+for the types kernels/csrc/gemv_centered.h takes at batch 1, what they replace; the same kernel for the rest)
+as ours_widened_gb_s; the peer is the
 machine's read rate for the same number of bytes: torch.sum over a float32 buffer of that size. The blocks
 are llama.cpp's quantization of a Gaussian matrix (64 rows quantized, tiled to N: the speed does not depend
 on the values); enough copies are made that one round reads > --mb MB (the L3 cache never holds them, so
@@ -13,7 +15,8 @@ reduction alike. Both on --threads threads. Each of --repeats rounds waits for a
 (benchmarks/quiet.py), then times the reduction, ours and ours A8 back to back; each keeps its best round;
 ratio = ours / reduction GB/s, same run.
 Prints one JSON object:
-  {"types": {T: {"2048x8192": {"ours_gb_s", "sum_gb_s", "ratio", "us_per_call", "ours_a8_gb_s", "ratio_a8"},
+  {"types": {T: {"2048x8192": {"ours_gb_s", "sum_gb_s", "ratio", "us_per_call", "ours_a8_gb_s", "ratio_a8",
+   "ours_widened_gb_s", "centered_over_widened"},
    "8192x2048": {...}, "ratio_min"}}, "threads", "simd", "torch", "quiet": {...}}
     python benchmarks/gemv_types.py [--types Q4_K,Q6_K] [--repeats 5] [--mb 192] [--threads 2]
 """
@@ -65,8 +68,8 @@ def round_s(fn, items: list) -> float:
 
 
 def measure(mod, type_name: str, n: int, k: int, target_mb: float, repeats: int, stats: dict) -> dict:
-    """Best of `repeats` rounds of each of: the reduction, ours exact, ours A8 (block types), interleaved
-    round by round after a quiet wait, so a busy spell hits all three alike."""
+    """Best of `repeats` rounds of each of: the reduction, ours exact, ours A8 and ours widened (block types),
+    interleaved round by round after a quiet wait, so a busy spell hits them alike."""
     one = matrix(type_name, n, k)
     nbytes = one.data.numel()
     copies = max(2, int(target_mb * 2**20 // nbytes) + 1)
@@ -76,6 +79,7 @@ def measure(mod, type_name: str, n: int, k: int, target_mb: float, repeats: int,
     runs = {"sum": lambda b: b.sum(), "ours": lambda m: ops.linear_blocks(mod, x, m)}
     if type_name not in DENSE:
         runs["a8"] = lambda m: ops.linear_blocks(mod, x, m, a8=True)
+        runs["widened"] = lambda m: widened(mod, x, m)
     for name, fn in runs.items():  # warm: first touch, thread pool
         fn(sums[0] if name == "sum" else mats[0])
     best = {name: float("inf") for name in runs}
@@ -90,7 +94,18 @@ def measure(mod, type_name: str, n: int, k: int, target_mb: float, repeats: int,
     if "a8" in best:
         a8 = nbytes / best["a8"] / 1e9
         row.update(ours_a8_gb_s=round(a8, 2), ratio_a8=round(a8 / peer, 3), a8_us_per_call=round(best["a8"] * 1e6, 1))
+        wide = nbytes / best["widened"] / 1e9
+        row.update(ours_widened_gb_s=round(wide, 2), centered_over_widened=round(ours / wide, 3))
     return row
+
+
+def widened(mod, x: torch.Tensor, m: GGMLBlocks) -> torch.Tensor:
+    """ops.linear_blocks with gemv_centered.h switched off (gemv.h's widening for every type)."""
+    mod.set_centered(False)
+    try:
+        return ops.linear_blocks(mod, x, m)
+    finally:
+        mod.set_centered(True)
 
 
 def main() -> None:

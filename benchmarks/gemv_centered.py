@@ -84,22 +84,14 @@ def measure(path: Path, rounds: int, steps: int, quiet: dict, quiet_timeout: flo
 
 
 def main() -> None:
-    from gguf_decode import big_files, smollm2_files
+    from gguf_decode import file_options, selected_files
 
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--workdir", type=Path, default=Path.home() / ".cache" / "scratchlm-bench" / "gguf")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--steps", type=int, default=32, help="decode steps per engine per round")
-    p.add_argument("--big", action="store_true", help="also the random 1B / 3B Llama Q4_K_M files")
-    p.add_argument("--only", action="append", default=[], help="run only files whose name contains this")
-    p.add_argument("--quiet-timeout", type=float, default=300.0)
+    file_options(p)
     args = p.parse_args()
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    files = smollm2_files(args.workdir)
-    if args.big:
-        files.update(big_files(args.workdir))
-    if args.only:
-        files = {k: v for k, v in files.items() if any(o in k for o in args.only)}
+    files = selected_files(args)
     quiet: dict = {}
     report = {"files": {}, "settings": {"rounds": args.rounds, "steps": args.steps, "threads": 2}}
     for name, path in files.items():

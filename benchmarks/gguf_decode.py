@@ -279,24 +279,35 @@ def better(old: dict | None, new: dict) -> dict:
     return out
 
 
-def main() -> None:
-    from quiet import wait_quiet
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+def file_options(p: argparse.ArgumentParser) -> None:
+    """The options that pick the files (shared with gemv_centered.py): --workdir, --big, --only, --quiet-timeout."""
     p.add_argument("--workdir", type=Path, default=Path.home() / ".cache" / "scratchlm-bench" / "gguf")
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--new-tokens", type=int, default=64)
-    p.add_argument("--prompt", type=int, default=128, help="prompt tokens for the prefill timing")
     p.add_argument("--big", action="store_true", help="also the random 1B / 3B Llama Q4_K_M files")
     p.add_argument("--only", action="append", default=[], help="run only files whose name contains this")
     p.add_argument("--quiet-timeout", type=float, default=300.0)
-    args = p.parse_args()
+
+
+def selected_files(args: argparse.Namespace) -> dict[str, Path]:
+    """name -> path of the files file_options picked (made in --workdir when missing)."""
     args.workdir.mkdir(parents=True, exist_ok=True)
     files = smollm2_files(args.workdir)
     if args.big:
         files.update(big_files(args.workdir))
     if args.only:
         files = {k: v for k, v in files.items() if any(o in k for o in args.only)}
+    return files
+
+
+def main() -> None:
+    from quiet import wait_quiet
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--prompt", type=int, default=128, help="prompt tokens for the prefill timing")
+    file_options(p)
+    args = p.parse_args()
+    files = selected_files(args)
     engines = ["llamacpp", "auto"] + ([a8_mode()] if a8_mode() else [])
     names = {"llamacpp": "llamacpp", "auto": "scratchlm_default", a8_mode(): "scratchlm_a8"}
     prompt = [(i * 7919) % 1000 + 10 for i in range(args.prompt)]

@@ -15,7 +15,9 @@ Each engine runs in its own process (peak RSS = that process's ru_maxrss, torch/
 and each keeps its best:
     llamacpp            llama-cpp-python (n_ctx = prompt + new tokens, F16 KV cache as llama.cpp's default)
     scratchlm_default   `load_gguf(path, attn_impl="sdpa")` as every command loads it (the file's blocks, mapped) and the
-                        default decode ("auto" = fast-gguf: exact, fp32 activations) and prefill ("model")
+                        default decode ("auto" = fast-gguf: exact, fp32 activations) and prefill ("model"), the
+                        prompt through the decode mode's C++ chunk as generate / chat run it (up to 256 tokens
+                        on a file whose matrices are all blocks; generate.prefill's decoder)
     scratchlm_a8        the same blocks with 8-bit activations (llama.cpp's CPU scheme), when scratchlm has
                         that mode for the file's types
 b1_tok_s: greedy decode of --new-tokens after a --prompt-token prompt (decode steps only); prefill_tok_s:
@@ -181,7 +183,7 @@ def child_llamacpp(path: Path, prompt: list[int], n: int) -> dict:
 def child_scratchlm(path: Path, prompt: list[int], n: int, mode: str) -> dict:
     import torch
 
-    from scratchlm.generate.decode_step import make_decode_step, resolve_decode
+    from scratchlm.generate.decode_step import chunk_decoder, make_decode_step, resolve_decode
     from scratchlm.generate.prefill import prefill
     from scratchlm.interop.gguf.model_load import load_gguf
 
@@ -190,16 +192,17 @@ def child_scratchlm(path: Path, prompt: list[int], n: int, mode: str) -> dict:
     model = load_gguf(path, attn_impl="sdpa")  # as the CLI commands load it (--attn sdpa, their default)
     decode = resolve_decode(model, mode)
     step = make_decode_step(model, decode)
+    chunk = chunk_decoder(model, decode)  # as generate / chat run a prompt: <= 256 tokens through the C++ chunk
     load_s = time.perf_counter() - t0
     with torch.inference_mode():
         warm = model.new_kv_cache(1, max_seq_len=8)  # warm-up (kernel module, first-call costs), not timed
-        prefill(model, torch.tensor([prompt[:4]]), torch.arange(4)[None], None, warm)
+        prefill(model, torch.tensor([prompt[:4]]), torch.arange(4)[None], None, warm, decoder=chunk)
         step(torch.tensor([[prompt[4]]]), torch.tensor([[4]]), None, warm)
         cache = model.new_kv_cache(1, max_seq_len=len(prompt) + n + 8)
         ids = torch.tensor([prompt])
         pos = torch.arange(len(prompt))[None]
         t0 = time.perf_counter()
-        logits = prefill(model, ids, pos, None, cache)
+        logits = prefill(model, ids, pos, None, cache, decoder=chunk)
         prefill_s = time.perf_counter() - t0
         tokens = [int(logits[0].argmax())]
         t0 = time.perf_counter()

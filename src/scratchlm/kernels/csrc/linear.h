@@ -88,7 +88,8 @@ struct Linear {
     if (in_scale.defined()) {
       const float* g = in_scale.data_ptr<float>();
       scratch.resize(B * K);
-      for (int64_t i = 0; i < B * K; ++i) scratch[i] = x[i] * g[i % K];
+      for (int64_t b = 0; b < B; ++b)  // row by row: no division per value
+        for (int64_t k = 0; k < K; ++k) scratch[b * K + k] = x[b * K + k] * g[k];
       x = scratch.data();
     }
     if (parts.size() == 1) return parts[0].matvec(x, y, B, residual);

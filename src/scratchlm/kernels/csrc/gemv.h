@@ -110,12 +110,7 @@ inline void block_tile_wide(const float* x, const uint8_t* w, float* y, int64_t 
     }
   }
   for (int r = 0; r < NR; ++r)
-    for (int b = 0; b < NB; ++b) {
-      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r][b]), _mm256_extractf128_ps(acc[r][b], 1));
-      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-      v = _mm_add_ss(v, _mm_movehdup_ps(v));
-      y[(b0 + b) * ldy + n + r] = _mm_cvtss_f32(v);
-    }
+    for (int b = 0; b < NB; ++b) y[(b0 + b) * ldy + n + r] = hsum8(acc[r][b]);
 }
 
 // NB batch rows; NR weight rows per tile (4 for one batch row: four chains hide the FMA latency)

@@ -139,16 +139,20 @@ struct Centered<Q5_0Block> {  // [d f16][qh u32][16 bytes]: w = d (q - 16)
   static __m256i bytes(const uint8_t* p, int c) { return q5_top(p + 22 * c + 2, p + 22 * c + 6); }
 };
 
+// Q4_K / Q5_K: s_c = d sc_c 2^-SHIFT, o_c = -(dmin m_c) + Z d sc_c (k4_scales8's 8 scales, then 8 offsets)
+template <int SHIFT, int Z>
+inline void k4_centered_scales(const uint8_t* p, float* s, float* o) {
+  alignas(32) float v[16];
+  k4_scales8(p, v);
+  const __m256 sc = _mm256_load_ps(v);
+  _mm256_store_ps(s, _mm256_mul_ps(sc, _mm256_set1_ps(1.0f / static_cast<float>(1 << SHIFT))));
+  _mm256_store_ps(o, _mm256_fmadd_ps(sc, _mm256_set1_ps(static_cast<float>(Z)), _mm256_load_ps(v + 8)));
+}
+
 template <>
 struct Centered<Q4_KBlock> {
   static constexpr bool HALVES = false, OFFSETS = true;
-  static void scales(const uint8_t* p, float* s, float* o, int) {
-    alignas(32) float v[16];
-    k4_scales8(p, v);  // d sc_c, then -(dmin m_c)
-    const __m256 sc = _mm256_load_ps(v);
-    _mm256_store_ps(s, _mm256_mul_ps(sc, _mm256_set1_ps(0x1p-4f)));
-    _mm256_store_ps(o, _mm256_fmadd_ps(sc, _mm256_set1_ps(8.0f), _mm256_load_ps(v + 8)));
-  }
+  static void scales(const uint8_t* p, float* s, float* o, int) { k4_centered_scales<4, 8>(p, s, o); }
   static __m256i bytes(const uint8_t* p, int c) {  // nibble c % 2 of qs[32 (c / 2) + l], minus 8, << 4
     const __m256i a = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * (c >> 1))),
                                        _mm256_set1_epi8(static_cast<char>(0x88)));
@@ -160,13 +164,7 @@ struct Centered<Q4_KBlock> {
 template <>
 struct Centered<Q5_KBlock> {
   static constexpr bool HALVES = false, OFFSETS = true;
-  static void scales(const uint8_t* p, float* s, float* o, int) {
-    alignas(32) float v[16];
-    k4_scales8(p, v);
-    const __m256 sc = _mm256_load_ps(v);
-    _mm256_store_ps(s, _mm256_mul_ps(sc, _mm256_set1_ps(0x1p-3f)));
-    _mm256_store_ps(o, _mm256_fmadd_ps(sc, _mm256_set1_ps(16.0f), _mm256_load_ps(v + 8)));
-  }
+  static void scales(const uint8_t* p, float* s, float* o, int) { k4_centered_scales<3, 16>(p, s, o); }
   static __m256i bytes(const uint8_t* p, int c) {  // (nibble | bit c of qh[l] << 4) - 16, << 3
     const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 48 + 32 * (c >> 1)));
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
@@ -260,12 +258,7 @@ inline void centered_tile(const SumsX& sx, const uint8_t* w, float* y, int64_t n
         for (int r = 0; r < NR; ++r) chunk_into<C>(w + (n + r) * row_bytes + at, c, xg + 32 * c, s[r], tot[r]);
     }
   }
-  for (int r = 0; r < NR; ++r) {
-    __m128 v = _mm_add_ps(_mm256_castps256_ps128(tot[r]), _mm256_extractf128_ps(tot[r], 1));
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    v = _mm_add_ss(v, _mm_movehdup_ps(v));
-    y[n + r] = _mm_cvtss_f32(v);
-  }
+  for (int r = 0; r < NR; ++r) y[n + r] = hsum8(tot[r]);
 }
 
 // y[n] for rows n in [n0, n1), one batch row (sx prepared from it)

@@ -161,6 +161,14 @@ inline B16 move_2bits(B16 b, int from, int to) {
 }
 
 // ---------------------------------------------------------------- 16 fp32 lanes
+#if defined(SCRATCHLM_AVX512) || defined(SCRATCHLM_AVX2)
+// the sum of an __m256's 8 lanes (halves, then pairs, then the last two)
+inline float hsum8(__m256 s) {
+  __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+#endif
 #if defined(SCRATCHLM_AVX512)
 struct VF {
   __m512 v;
@@ -204,12 +212,7 @@ inline VF vload(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p 
 inline VF vfma(VF a, VF b, VF c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
 inline VF vmul(VF a, VF b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
 inline VF vadd(VF a, VF b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
-inline float vsum(VF a) {
-  const __m256 s = _mm256_add_ps(a.lo, a.hi);
-  __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
+inline float vsum(VF a) { return hsum8(_mm256_add_ps(a.lo, a.hi)); }
 inline void vstore(float* p, VF a) { _mm256_storeu_ps(p, a.lo), _mm256_storeu_ps(p + 8, a.hi); }
 // Bytes -> 32-bit lanes: B16 holds the 16 bytes in both halves, so one in-lane vpshufb per 8 lanes puts byte j
 // in the low byte (unsigned) or the top byte (signed, then an arithmetic shift) of lane j, the rest zero.

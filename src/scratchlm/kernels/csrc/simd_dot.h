@@ -21,11 +21,7 @@ inline VF8 vpair8(float lo, float hi) { return {_mm256_set_m128(_mm_set1_ps(hi),
 inline VF8 vfma8(VF8 a, VF8 b, VF8 c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
 inline VF8 vadd8(VF8 a, VF8 b) { return {_mm256_add_ps(a.v, b.v)}; }
 inline VF8 vmul8(VF8 a, VF8 b) { return {_mm256_mul_ps(a.v, b.v)}; }
-inline float vsum8(VF8 a) {
-  __m128 t = _mm_add_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
-  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
+inline float vsum8(VF8 a) { return hsum8(a.v); }
 inline __m256i idot_raw(__m256i w, __m256i x) {  // w unsigned bytes, x int8
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x);

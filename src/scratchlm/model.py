@@ -161,7 +161,7 @@ class TransformerLM(nn.Module):
         # forward and recompute the block in the backward (less memory, one more forward of the blocks)
         self.activation_checkpointing = False
         self.model = Decoder(config)
-        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False, fused=config.fused_ops)
         if config.tie_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         if not self.lm_head.weight.is_meta:  # built on the meta device: a loader assigns the weights

@@ -26,7 +26,8 @@ def _torch_ce(h, w, y, eps, z, reduction):
 @pytest.mark.parametrize("eps,z", [(0.0, 0.0), (0.1, 0.0), (0.0, 1e-3), (0.2, 1e-2)])
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
 @pytest.mark.parametrize("chunk", [5, 16, 1000])
-def test_values_and_gradients_equal_torch(eps, z, reduction, chunk):
+@pytest.mark.parametrize("fused", [False, True])  # True: the products through oneDNN (nn/onednn_linear.py)
+def test_values_and_gradients_equal_torch(eps, z, reduction, chunk, fused):
     g = torch.Generator().manual_seed(0)
     h = torch.randn(3, 29, 24, generator=g, requires_grad=True)  # 87 rows: chunks of 5 leave a remainder
     w = (torch.randn(211, 24, generator=g) * 0.5).requires_grad_()
@@ -35,7 +36,8 @@ def test_values_and_gradients_equal_torch(eps, z, reduction, chunk):
     y[2, -1] = -100
     want = _torch_ce(h, w, y, eps, z, reduction)
     gh, gw = torch.autograd.grad(want * 1.7, (h, w))
-    got = linear_cross_entropy(h, w, y, label_smoothing=eps, z_loss=z, reduction=reduction, chunk_size=chunk)
+    got = linear_cross_entropy(h, w, y, label_smoothing=eps, z_loss=z, reduction=reduction, chunk_size=chunk,
+                               fused=fused)
     dh, dw = torch.autograd.grad(got * 1.7, (h, w))  # a non-unit upstream gradient scales the kept gradients
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(dh, gh, rtol=1e-4, atol=1e-6)

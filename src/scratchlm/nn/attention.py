@@ -170,10 +170,10 @@ class Attention(nn.Module):
             raise ValueError(f"unknown attn_impl {attn_impl!r}; valid: {ATTN_IMPLS}")
         self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
         self.attn_impl = attn_impl
-        self.q_proj = Linear(d_model, n_heads * head_dim, bias=qkv_bias)
-        self.k_proj = Linear(d_model, n_kv_heads * head_dim, bias=qkv_bias)
-        self.v_proj = Linear(d_model, n_kv_heads * head_dim, bias=qkv_bias)
-        self.o_proj = Linear(n_heads * head_dim, d_model, bias=out_bias)
+        self.q_proj = Linear(d_model, n_heads * head_dim, bias=qkv_bias, fused=fused)
+        self.k_proj = Linear(d_model, n_kv_heads * head_dim, bias=qkv_bias, fused=fused)
+        self.v_proj = Linear(d_model, n_kv_heads * head_dim, bias=qkv_bias, fused=fused)
+        self.o_proj = Linear(n_heads * head_dim, d_model, bias=out_bias, fused=fused)
         if qk_norm_scope not in QK_NORM_SCOPES:
             raise ValueError(f"unknown qk_norm_scope {qk_norm_scope!r}; valid: {QK_NORM_SCOPES}")
         self.qk_norm_scope, self.scale, self.softcap = qk_norm_scope, scale, softcap

@@ -29,8 +29,8 @@ class MLP(nn.Module):
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", bias: bool = True,
                  fused: bool = False) -> None:
         super().__init__()
-        self.up_proj = Linear(d_model, d_ff, bias=bias)
-        self.down_proj = Linear(d_ff, d_model, bias=bias)
+        self.up_proj = Linear(d_model, d_ff, bias=bias, fused=fused)
+        self.down_proj = Linear(d_ff, d_model, bias=bias, fused=fused)
         self.act = get_activation(activation, fused)
         self.activation = activation
 
@@ -46,9 +46,9 @@ class GLU(nn.Module):
         super().__init__()
         self.activation = activation
         self.act = get_activation(activation, fused)
-        self.gate_proj = Linear(d_model, d_ff, bias=bias)
-        self.up_proj = Linear(d_model, d_ff, bias=bias)
-        self.down_proj = Linear(d_ff, d_model, bias=bias)
+        self.gate_proj = Linear(d_model, d_ff, bias=bias, fused=fused)
+        self.up_proj = Linear(d_model, d_ff, bias=bias, fused=fused)
+        self.down_proj = Linear(d_ff, d_model, bias=bias, fused=fused)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))  # (B, T, F) gated -> (B, T, D)

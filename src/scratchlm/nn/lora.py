@@ -61,8 +61,9 @@ class LoRALinear(nn.Module):
             device, dtype = base_layer.data.device, torch.float32
         else:
             device, dtype = base_layer.weight.device, base_layer.weight.dtype
-        self.lora_A = Linear(base_layer.in_features, r).to(device=device, dtype=dtype)  # A (r, in), U(+-1/sqrt(in))
-        self.lora_B = Linear(r, base_layer.out_features).to(device=device, dtype=dtype)  # B (out, r)
+        fused = getattr(base_layer, "fused", False)  # the base's product path (nn/linear.py)
+        self.lora_A = Linear(base_layer.in_features, r, fused=fused).to(device=device, dtype=dtype)  # A (r, in)
+        self.lora_B = Linear(r, base_layer.out_features, fused=fused).to(device=device, dtype=dtype)  # B (out, r)
         nn.init.zeros_(self.lora_B.weight)
         self.r, self.alpha, self.dropout = r, float(alpha), float(dropout)
         self.scaling = self.alpha / r

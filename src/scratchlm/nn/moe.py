@@ -98,10 +98,10 @@ class MoE(nn.Module):
             raise ValueError(f"MoE needs router in {MOE_ROUTERS}, impl in {MOE_IMPLS} and 0 < top_k <= n_experts, "
                              f"got router={router!r}, impl={impl!r}, top_k={top_k}, n_experts={n_experts}")
         self.top_k, self.router, self.norm_topk_prob, self.impl = top_k, router, norm_topk_prob, impl
-        self.gate = Linear(d_model, n_experts, bias=False)
+        self.gate = Linear(d_model, n_experts, bias=False, fused=fused)
         self.experts = Experts(n_experts, d_model, d_ff, activation, fused)
         self.shared_expert = GLU(d_model, shared_d_ff, activation, fused=fused) if shared_d_ff else None
-        self.shared_expert_gate = Linear(d_model, 1, bias=False) if shared_d_ff else None
+        self.shared_expert_gate = Linear(d_model, 1, bias=False, fused=fused) if shared_d_ff else None
 
     def forward(self, x: torch.Tensor, router_logits: list[torch.Tensor] | None = None) -> torch.Tensor:
         """x (B, T, D) -> (B, T, D); appends this layer's router logits (B T, E) to `router_logits`."""

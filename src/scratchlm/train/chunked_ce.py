@@ -14,11 +14,14 @@ incoming gradient (a scalar). So the head costs the same three matmuls as the un
 become one reused C x V buffer. dW is skipped when W does not train (LoRA), dh when h does not.
 `linear_cross_entropy` is the entry point: reduction "mean" (over counted rows) or "sum"; tested equal
 (values and gradients) to cross_entropy(h @ W.T, targets) in tests/unit/test_chunked_ce.py.
+fused=True (the model's ops_impl="fused"): the three fp32 products through oneDNN (nn/onednn_linear.py).
 """
 
 from __future__ import annotations
 
 import torch
+
+from scratchlm.nn import onednn_linear
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # one fp32 logits chunk; 170 rows of a 49k vocabulary, 1024 of an 8k one
 
@@ -65,10 +68,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, ignore_index: int, eps: float,
-                z: float, rows: int, need_h: bool, need_w: bool) -> torch.Tensor:
+                z: float, rows: int, need_h: bool, need_w: bool, fused: bool) -> torch.Tensor:
         want_grad = need_h or need_w
         cd = _compute_dtype(h)
         w_c = w.to(cd)
+        onednn = fused and onednn_linear.applies(h.to(cd), w_c)
+        mm_nt = onednn_linear.mm_nt if onednn else (lambda a, b: a @ b.t())  # a (M, K) @ b (N, K)^T
         grad_h = torch.empty(h.shape, dtype=torch.float32, device=h.device) if want_grad and need_h else None
         grad_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if want_grad and need_w else None
         total = torch.zeros((), dtype=torch.float32, device=h.device)
@@ -77,15 +82,15 @@ class _LinearCrossEntropy(torch.autograd.Function):
             y = targets[s:s + rows]
             valid = y != ignore_index
             safe_y = torch.where(valid, y, torch.zeros_like(y))
-            x = (h_c @ w_c.t()).float()  # (C, V)
+            x = mm_nt(h_c, w_c).float()  # (C, V)
             loss, dx = _chunk_loss_and_grad(x, safe_y, valid, eps, z, want_grad)
             total += loss.sum()
             if dx is not None:
                 dx_c = dx.to(cd)
                 if grad_h is not None:
-                    grad_h[s:s + rows] = dx_c @ w_c  # (C, V) @ (V, D)
+                    grad_h[s:s + rows] = mm_nt(dx_c, w_c.t())  # (C, V) @ (V, D)
                 if grad_w is not None:
-                    grad_w += (dx_c.t() @ h_c).float()  # (V, C) @ (C, D)
+                    grad_w += mm_nt(dx_c.t(), h_c.t()).float()  # (V, C) @ (C, D)
         ctx.save_for_backward(grad_h if grad_h is not None else torch.empty(0),
                               grad_w if grad_w is not None else torch.empty(0))
         ctx.dtypes = (h.dtype, w.dtype)
@@ -96,16 +101,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_h, grad_w = ctx.saved_tensors
         dh = (grad_h * grad_out).to(ctx.dtypes[0]) if ctx.needs_input_grad[0] else None
         dw = (grad_w * grad_out).to(ctx.dtypes[1]) if ctx.needs_input_grad[1] else None
-        return dh, dw, None, None, None, None, None, None, None
+        return dh, dw, None, None, None, None, None, None, None, None
 
 
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100,
                          label_smoothing: float = 0.0, z_loss: float = 0.0, reduction: str = "mean",
-                         chunk_size: int | None = None) -> torch.Tensor:
+                         chunk_size: int | None = None, fused: bool = False) -> torch.Tensor:
     """cross_entropy(h @ weight.T, targets) without whole logits. h (..., D), weight (V, D), targets (...).
 
     reduction "mean" (over positions whose target is not ignore_index; NaN when none are, as torch) or
-    "sum"; chunk_size = positions per chunk (default chunk_rows(V))."""
+    "sum"; chunk_size = positions per chunk (default chunk_rows(V)); fused: fp32 products through oneDNN."""
     if reduction not in ("mean", "sum"):
         raise ValueError(f"linear_cross_entropy reduction={reduction!r} is not one of ('mean', 'sum')")
     if not 0.0 <= label_smoothing <= 1.0 or z_loss < 0:
@@ -117,7 +122,7 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.T
     rows = chunk_size or chunk_rows(weight.shape[0])
     grad = torch.is_grad_enabled()
     total = _LinearCrossEntropy.apply(flat_h, weight, flat_y, ignore_index, float(label_smoothing), float(z_loss),
-                                      rows, grad and flat_h.requires_grad, grad and weight.requires_grad)
+                                      rows, grad and flat_h.requires_grad, grad and weight.requires_grad, fused)
     if reduction == "sum":
         return total
     return total / (flat_y != ignore_index).sum()

@@ -46,7 +46,8 @@ def model_cross_entropy(model: nn.Module, input_ids: torch.Tensor, targets: torc
         loss = cross_entropy(x, targets, ignore_index, label_smoothing, z_loss, reduction,
                              "torch" if impl == "chunked" else impl)
     else:
-        scaling = model.config.logits_scaling
+        config = (raw_model or model).config
+        scaling = config.logits_scaling
         loss = linear_cross_entropy(x if scaling == 1.0 else x / scaling, weight, targets, ignore_index,
-                                    label_smoothing, z_loss, reduction)
+                                    label_smoothing, z_loss, reduction, fused=config.fused_ops)
     return (loss, router) if return_router_logits else loss

@@ -35,9 +35,20 @@ def applies(x: torch.Tensor, w: torch.Tensor) -> bool:
             and onednn_available())
 
 
+# An op of its own (opaque to torch.compile): inductor lowers mkldnn._linear_pointwise only for frozen weights.
+@torch.library.custom_op("scratchlm::onednn_mm_nt", mutates_args=())
+def _mm_nt_op(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(a, b, bias, "none", [], "")
+
+
+@_mm_nt_op.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return a.new_empty((a.shape[0], b.shape[0]))
+
+
 def mm_nt(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """a (M, K) @ b (N, K)^T (+ bias (N,)) -> (M, N) by oneDNN's fp32 GEMM (strided a and b are fine)."""
-    return torch.ops.mkldnn._linear_pointwise(a, b, bias, "none", [], "")
+    return _mm_nt_op(a, b, bias)
 
 
 class _OneDnnLinear(torch.autograd.Function):

@@ -9,12 +9,15 @@ own process so that the peak resident memory (ru_maxrss) is that setting's alone
     scratchlm lora   the same with LoRA (nn/lora.py) on --targets, rank --rank: only A, B train
     hf full          transformers LlamaForCausalLM + torch.optim.AdamW
     hf lora          transformers + peft.get_peft_model(LoraConfig(same r, alpha, targets)) + AdamW
-Each runs --warmup steps, then --steps timed steps (forward, backward, optimizer step); reported: the
+--precision bf16-mixed runs every setting's forward and backward under bf16 autocast (scratchlm: its
+`--precision bf16-mixed`, train/precision.py; transformers: the same torch.autocast), fp32 master weights and
+optimizer state on both sides. Each runs --warmup steps, then --steps timed steps (forward, backward, optimizer step); reported: the
 median step time, trainable parameters, optimizer-state bytes and the peak RSS while training (VmHWM
 reset after loading, so the loaders' own peaks do not count; they are reported apart), plus the ratios
 lora / full and scratchlm / hf. Waits for a quiet machine before each timed setting. Prints ONE JSON object.
 
-    .venv/bin/python benchmarks/lora_finetune.py            (add --steps 1 --warmup 0 --quiet-timeout 0 to smoke-test)
+    .venv/bin/python benchmarks/lora_finetune.py [--fast] [--precision fp32|bf16-mixed]
+        (add --steps 1 --warmup 0 --quiet-timeout 0 to smoke-test)
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ def scratchlm_step_fn(args):
     from scratchlm.nn.lora import apply_lora
     from scratchlm.train.lm_loss import model_cross_entropy
     from scratchlm.train.losses import cross_entropy
+    from scratchlm.train.precision import autocast
 
     from smollm2_fixture import locate_smollm2
 
@@ -61,15 +65,16 @@ def scratchlm_step_fn(args):
     if args.setting.endswith("lora"):
         apply_lora(model, args.targets.split(","), args.rank, 2.0 * args.rank)
     # --fast: what `scratchlm sft --fast` trains with: torch's fused AdamW, the LM head fused with the loss
-    stepper = Stepper([model], OptimConfig(lr=1e-5, optimizer_impl="torch" if args.fast else "reference"),
-                      total_steps=100)
+    stepper = Stepper([model], OptimConfig(lr=1e-5, optimizer_impl="torch" if args.fast else "reference",
+                                           precision=args.precision), total_steps=100)
     x = batch_ids(loaded.tokenizer, model.config.vocab_size, args.batch, args.seq)
 
     def step() -> None:
-        if args.fast:
-            model_cross_entropy(model, x[:, :-1], x[:, 1:], impl="chunked").backward()
-        else:
-            cross_entropy(model(x[:, :-1]), x[:, 1:]).backward()
+        with autocast(args.precision, "cpu"):  # as the trainers run a step (align/trainer_common.run_loop)
+            if args.fast:
+                model_cross_entropy(model, x[:, :-1], x[:, 1:], impl="chunked").backward()
+            else:
+                cross_entropy(model(x[:, :-1]), x[:, 1:]).backward()
         stepper.step()
 
     return model, stepper.optimizer, step
@@ -97,7 +102,8 @@ def hf_step_fn(args):
     x = batch_ids(loaded.tokenizer, model.config.vocab_size, args.batch, args.seq)
 
     def step() -> None:
-        model(input_ids=x[:, :-1], labels=x[:, :-1]).loss.backward()  # HF shifts the labels itself
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16-mixed"):
+            model(input_ids=x[:, :-1], labels=x[:, :-1]).loss.backward()  # HF shifts the labels itself
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -159,6 +165,8 @@ def main() -> None:
     p.add_argument("--quiet-timeout", type=float, default=300.0)
     p.add_argument("--fast", action="store_true", help="scratchlm with its fast path (sdpa attention, fused ops)")
     p.add_argument("--only", default=",".join(SETTINGS), help="comma-separated settings to run")
+    p.add_argument("--precision", choices=("fp32", "bf16-mixed"), default="fp32",
+                   help="bf16-mixed: every setting's forward and backward under bf16 autocast")
     args = p.parse_args()
     if args.setting:
         print(json.dumps(run_one(args)))
@@ -177,12 +185,14 @@ def main() -> None:
         return round(r[a][key] / r[b][key], 3) if a in r and b in r else None
 
     summary = {
-        "benchmark": "lora_finetune", "model": "SmolLM2-135M-Instruct (fp32)", "batch": [args.batch, args.seq],
+        "benchmark": "lora_finetune", "model": "SmolLM2-135M-Instruct (fp32 weights)", "batch": [args.batch, args.seq],
         "rank": args.rank, "targets": args.targets, "threads": args.threads, "scratchlm_fast_path": args.fast,
-        "results": list(r.values()),
+        "precision": args.precision, "results": list(r.values()),
+        "peak_rss_mb": {s: r[s]["peak_rss_mb"] for s in r},
         "lora_over_full_step_time": {s: ratio(f"{s}-lora", f"{s}-full", "step_s") for s in ("scratchlm", "hf")},
         "lora_over_full_peak_rss": {s: ratio(f"{s}-lora", f"{s}-full", "peak_rss_mb") for s in ("scratchlm", "hf")},
         "scratchlm_over_hf_step_time": {m: ratio(f"scratchlm-{m}", f"hf-{m}", "step_s") for m in ("full", "lora")},
+        "speedup_over_hf": {m: ratio(f"hf-{m}", f"scratchlm-{m}", "step_s") for m in ("full", "lora")},
         "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
     }
     print(json.dumps(summary))

@@ -231,14 +231,17 @@ def single_stream(server: Server, body: dict, args: argparse.Namespace, repeats:
 def long_prompt_phase(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     text = DATA.joinpath("tinyshakespeare.txt").read_text()[: args.long_tokens * 3]
     long = {"messages": [{"role": "user", "content": "Summarize this scene in one sentence:\n\n" + text}], "max_tokens": 1}
-    streams = [[{"messages": [{"role": "user", "content": QUESTIONS[i]}], "max_tokens": 400}] for i in range(8)]
+    # long answers, and the prompt sent 1 s in: on a fast machine short answers had ended before it arrived
+    streams = [[{"messages": [{"role": "user", "content": "Write a long, detailed essay (at least 600 words) on "
+                                                          "this question: " + QUESTIONS[i]}], "max_tokens": 400}]
+               for i in range(8)]
     wait_quiet(timeout_s=args.quiet_timeout, stats=QUIET)
 
     async def scenario() -> tuple[list[dict], dict]:
         limits = httpx.Limits(max_connections=16)
         async with httpx.AsyncClient(timeout=900, limits=limits) as http:
             running = [asyncio.create_task(stream_chat(http, server.url, b[0])) for b in streams]
-            await asyncio.sleep(4.0)  # the 8 streams are decoding
+            await asyncio.sleep(1.0)  # the 8 streams are decoding
             big = await stream_chat(http, server.url, long)
             return await asyncio.gather(*running), big
 

@@ -35,11 +35,16 @@ GIL_SWITCH_S = 0.0005  # sys.setswitchinterval while serving (Python's default 0
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on (host, port); a clear ValueError when the address cannot be used."""
+    """A listening TCP socket on (host, port); a clear ValueError when the address cannot be used.
+
+    Made with proto IPPROTO_TCP, which the connections it accepts inherit: asyncio turns Nagle off
+    (TCP_NODELAY) only on sockets whose proto says TCP. With proto 0 every small write (a streamed token, the
+    body after the headers) waited for the client's delayed ACK: +40 ms on each request after the first on a
+    kept-alive connection (benchmarks/RESULTS.md)."""
     if not 0 <= port <= 65535:
         raise ValueError(f"--port {port} is not a TCP port; use 0..65535 (0 = any free port)")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -2,16 +2,17 @@
 
 Shape (the llama-small preset): vocab 8192, 6 layers, D 384, 6 heads / 2 KV heads, d_ff 1024, tied
 embeddings; batch 8 x 256 tokens. One step = forward, cross entropy, backward, AdamW, zero_grad. Both
-sides use torch's fused AdamW and SDPA attention; ours also its fused norm/SiLU/RoPE path
-(ops_impl="fused") and torch's cross entropy (`--ours-ref` uses our from-scratch attention, ops, loss
-and AdamW instead); bf16 = torch.autocast on both. Steps of the two are interleaved so
+sides use torch's fused AdamW and SDPA attention; ours trains as the presets do: ops_impl="fused" (fused
+norm/SiLU/RoPE, fp32 products through oneDNN) and loss_impl="chunked" (the LM head fused with the loss over
+chunks of positions, train/chunked_ce.py); `--ours-ref` uses our from-scratch attention, ops, loss and AdamW
+instead; bf16 = torch.autocast on both. Steps of the two are interleaved so
 machine load hits both alike; tok/s from the median step time. MFU = training FLOPs of a step
 (scratchlm.model_stats, attention included) / its time / the matmul peak of that dtype (1536^3, best of
 0.25 s) measured right after it, median over steps; `mfu_vs_max_peak` uses the best peak of the run.
 `mfu_of_measured_peak` = `mfu` (the issue's name for it).
 --peer nanogpt: the peer is nanoGPT's GPT (benchmarks/peers/nanogpt_model.py, vendored unmodified) and ours the
 same GPT-2 architecture at the same dims (LayerNorm with bias, exact GELU MLP, learned positions, tied
-embeddings; vocab 8192, 6 layers, D 384, 6 heads, d_ff 1536), both with F.cross_entropy and fused AdamW;
+embeddings; vocab 8192, 6 layers, D 384, 6 heads, d_ff 1536), nanoGPT with F.cross_entropy, both fused AdamW;
 --hf-compile then compiles nanoGPT's forward + loss too (nanoGPT trains with compile=True by default).
 Prints one JSON object.   python benchmarks/train_step.py [--steps 6] [--compile] [--dtypes fp32,bf16]
                           [--peer hf|nanogpt] [--hf-compile]
@@ -35,6 +36,7 @@ from scratchlm.interop.hf.config_json import config_to_hf
 from scratchlm.interop.hf.state_dict import state_to_hf
 from scratchlm.model import TransformerLM
 from scratchlm.model_stats import model_stats
+from scratchlm.train.lm_loss import model_cross_entropy
 from scratchlm.train.losses import cross_entropy
 from scratchlm.train.run_metrics import measure_matmul_peak_gflops
 from scratchlm.train.optim import build_optimizer
@@ -50,10 +52,11 @@ def hf_twin(model: TransformerLM) -> LlamaForCausalLM:
 
 
 def make_step(model, loss_fn, opt, dtype: str, compile_: bool = False):
-    """One training step; compile_ compiles forward + loss as one graph (what `compile=true` trains with)."""
+    """One training step; compile_ compiles forward + loss as one graph (what `compile=true` trains with).
+    model None: loss_fn(x, y) runs the forward itself (the fused head + loss)."""
     def forward_loss(x, y):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            return loss_fn(model(x), y)
+            return loss_fn(model(x), y) if model is not None else loss_fn(x, y)
 
     fwd = torch.compile(forward_loss) if compile_ else forward_loss
 
@@ -94,8 +97,11 @@ def run_dtype(dtype: str, args, x, y) -> dict:
         peer = hf_twin(ours)
         peer_forward = lambda ids: peer(input_ids=ids).logits  # noqa: E731
         peer_loss = lambda lg, t: F.cross_entropy(lg.float().flatten(0, 1), t.flatten())  # noqa: E731
-    ours_step = make_step(ours, lambda lg, t: cross_entropy(lg, t, impl=impl),
-                          build_optimizer(ours, 1e-4, 0.1, impl=impl), dtype, args.compile)
+    if args.ours_ref:
+        ours_model, ours_loss = ours, (lambda lg, t: cross_entropy(lg, t, impl=impl))  # noqa: E731
+    else:  # loss_impl="chunked", as the training presets run
+        ours_model, ours_loss = None, (lambda ids, t: model_cross_entropy(ours, ids, t, impl="chunked"))  # noqa: E731
+    ours_step = make_step(ours_model, ours_loss, build_optimizer(ours, 1e-4, 0.1, impl=impl), dtype, args.compile)
     hf_step = make_step(peer_forward, peer_loss,
                         torch.optim.AdamW(peer.parameters(), lr=1e-4, weight_decay=0.1, fused=True), dtype,
                         args.hf_compile)

@@ -139,20 +139,21 @@ def check_linear_on_dequantized(kernels, type_name: str, source: str) -> None:
 @pytest.mark.parametrize("type_name", BLOCK_TYPES)
 def test_prompt_gemm_equals_linear_on_dequantized(kernels, type_name: str) -> None:
     """From GEMM_MIN_ROWS (9) batch rows the blocks go through block_gemm.h (x packed in 16-token tiles, W
-    widened in 256-column slices, 6-row micro-kernels): == float64 x @ W^T within the fp32 bound, for 9-40
-    rows (partial token tiles), 13 weight rows (a 1-row remainder group) and K over two slices (a partial one
-    for the 32-value types); every row the same bits whatever the batch size (each (token, row) sum has one
-    fixed order)."""
+    widened in 256-column slices, 6-row (AVX2) / 12-row (AVX-512) micro-kernels): == float64 x @ W^T within the
+    fp32 bound, for 9-40 rows (partial token tiles), 13 and 23 weight rows (remainder groups of 1, 5 and 11 rows)
+    and K over two slices (a partial one for the 32-value types); every row the same bits whatever the batch size
+    (each (token, row) sum has one fixed order)."""
     k = 512 if GGML[type_name].block_size == 256 else 288
-    blocks = llama_cpp_blocks(type_name, N, k, seed=3)
-    w = dequantize_blocks(blocks)
-    g = torch.Generator().manual_seed(4)
-    x = torch.randn(40, k, generator=g) * torch.rand(40, 1, generator=g) * 4
-    got = {b: ops.linear_blocks(kernels, x[:b], blocks) for b in (9, 29, 40)}
-    for b, y in got.items():
-        err = float((y.double() - x[:b].double() @ w.double().T).abs().max())
-        assert err <= tol(x[:b], w), (b, err, tol(x[:b], w))
-    assert torch.equal(got[40][:9], got[9]) and torch.equal(got[40][:29], got[29])
+    for n_rows in (N, 23):
+        blocks = llama_cpp_blocks(type_name, n_rows, k, seed=3)
+        w = dequantize_blocks(blocks)
+        g = torch.Generator().manual_seed(4)
+        x = torch.randn(40, k, generator=g) * torch.rand(40, 1, generator=g) * 4
+        got = {b: ops.linear_blocks(kernels, x[:b], blocks) for b in (9, 29, 40)}
+        for b, y in got.items():
+            err = float((y.double() - x[:b].double() @ w.double().T).abs().max())
+            assert err <= tol(x[:b], w), (n_rows, b, err, tol(x[:b], w))
+        assert torch.equal(got[40][:9], got[9]) and torch.equal(got[40][:29], got[29])
 
 
 def test_k_quants_need_whole_super_blocks(kernels) -> None:
@@ -196,7 +197,7 @@ def test_packed_linear_over_parts_of_every_kind(monkeypatch, native_on: bool) ->
 @pytest.mark.parametrize("rows", [2, 30])
 def test_kernel_linear_splits_parts_over_threads(kernels, rows: int) -> None:
     """A matrix of parts big enough to be split between threads gives the same rows as one thread, and each
-    part alone the same bits: 2 rows through the GEMV, 30 through block_gemm.h (chunks of rows, 6-row groups)."""
+    part alone the same bits: 2 rows through the GEMV, 30 through block_gemm.h (chunks of rows, 6- or 12-row groups)."""
     parts = tuple(llama_cpp_blocks(t, 301, 512, i) for i, t in enumerate(("Q4_K", "Q6_K", "Q8_0")))
     lin = ops.block_linear(kernels, parts)
     x = torch.randn(rows, 512)

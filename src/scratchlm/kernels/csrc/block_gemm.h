@@ -8,7 +8,8 @@
 //   x  is packed once per call k-major in tiles of NT = 16 tokens, xt[tile][k][16] (zero-padded tokens);
 //   W  rows [m0, m0 + MC) x columns [k0, k0 + KC) are widened into a scratch block (the same values as
 //      dequantize, bit for bit: blocks.h's chunk), once per call;
-//   the micro-kernel keeps R x NT outputs in registers (R = 6 weight rows x 16 tokens = 12 AVX2 registers):
+//   the micro-kernel keeps R x NT outputs in registers (R = 6 weight rows x 16 tokens = 12 AVX2 registers; 12
+//   rows = 12 zmm registers on AVX-512):
 //      for each k: acc[r][0:16] += w[r][k] (broadcast) * xt[k][0:16] (two vector loads),
 //   accumulating into a (rows, tiles, NT) scratch across the K slices.
 // Every y[t, n] is sum_k x[t, k] w[n, k] in one fixed order (k ascending within a KC slice, the slices' sums
@@ -28,9 +29,14 @@
 namespace scratchlm {
 
 constexpr int64_t GEMM_NT = 16;        // tokens per tile: one VF of lanes
-constexpr int GEMM_R = 6;              // weight rows per micro-kernel: 6 VF accumulators (12 AVX2 registers)
+#if defined(SCRATCHLM_AVX512)
+constexpr int GEMM_R = 12;  // weight rows per micro-kernel: 12 of the 32 zmm registers accumulate (6 chains left
+                            // two FMA pipes x 4 cycles of latency short: Q4_K 128 rows +11-17%, RESULTS.md)
+#else
+constexpr int GEMM_R = 6;   // weight rows per micro-kernel: 6 VF accumulators (12 AVX2 registers)
+#endif
 constexpr int64_t GEMM_KC = 256;       // K per widened slice (a multiple of every block's QK)
-constexpr int64_t GEMM_MC = 8 * GEMM_R;  // rows per widened slice: 48 x 256 fp32 = 48 KB (L2)
+constexpr int64_t GEMM_MC = 8 * GEMM_R;  // rows per widened slice: 48 (96) x 256 fp32 = 48 (96) KB (L2)
 constexpr int64_t GEMM_MIN_ROWS = 9;  // more rows than one of gemv.h's passes of 8 (RESULTS.md)
 
 // x (B, K) packed k-major in tiles of GEMM_NT tokens: t[(tile * K + k) * NT + lane], lanes past B zero.
@@ -93,6 +99,14 @@ inline void gemm_micro(const float* w, int64_t ldw, const float* xt, int64_t kc_
 template <int64_t KC>
 inline void gemm_micro_rows(int rows, const float* w, int64_t ldw, const float* xt, int64_t kc, float* c) {
   switch (rows) {
+#if defined(SCRATCHLM_AVX512)
+    case 12: return gemm_micro<12, KC>(w, ldw, xt, kc, c);
+    case 11: return gemm_micro<11, KC>(w, ldw, xt, kc, c);
+    case 10: return gemm_micro<10, KC>(w, ldw, xt, kc, c);
+    case 9: return gemm_micro<9, KC>(w, ldw, xt, kc, c);
+    case 8: return gemm_micro<8, KC>(w, ldw, xt, kc, c);
+    case 7: return gemm_micro<7, KC>(w, ldw, xt, kc, c);
+#endif
     case 6: return gemm_micro<6, KC>(w, ldw, xt, kc, c);
     case 5: return gemm_micro<5, KC>(w, ldw, xt, kc, c);
     case 4: return gemm_micro<4, KC>(w, ldw, xt, kc, c);
@@ -117,7 +131,7 @@ template <typename Block>
 void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy, int64_t n0, int64_t n1) {
   const int64_t K = xp.K, tiles = xp.tiles, rows = n1 - n0;
   const int64_t row_bytes = K / Block::QK * Block::BYTES;
-  alignas(64) thread_local float wblk[GEMM_MC * GEMM_KC];  // the widened slice (48 KB)
+  alignas(64) thread_local float wblk[GEMM_MC * GEMM_KC];  // the widened slice (48 KB; 96 KB on AVX-512)
   thread_local std::vector<float> acc;                      // (row group, tile, R, NT) partial sums
   const int64_t groups = (rows + GEMM_R - 1) / GEMM_R;
   acc.assign(groups * tiles * GEMM_R * GEMM_NT, 0.0f);

@@ -75,7 +75,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         want_grad = need_h or need_w
         cd = _compute_dtype(h)
         w_c = w.to(cd)
-        onednn = fused and onednn_linear.applies(h.to(cd), w_c)
+        onednn = fused and cd == torch.float32 and onednn_linear.applies(h, w_c)
         mm_nt = onednn_linear.mm_nt if onednn else (lambda a, b: a @ b.t())  # a (M, K) @ b (N, K)^T
         grad_h = torch.empty(h.shape, dtype=torch.float32, device=h.device) if want_grad and need_h else None
         # dW, or on the oneDNN path dW^T (D, V) (returned as its transposed view)

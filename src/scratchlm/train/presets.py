@@ -16,7 +16,8 @@ from scratchlm.train.train_config import TrainConfig
 # torch's fused AdamW; the LM head fused with the loss over chunks of positions (train/chunked_ce.py: no whole
 # logits; 1.17x the llama-small step with torch's cross entropy on the whole logits, fp32 and bf16, Zen 5)
 FAST = dict(optimizer_impl="torch", loss_impl="chunked")
-# the model-side fast paths (torch SDPA, fused norms/activations/RoPE), each tested equal to the reference
+# the model-side fast paths (torch SDPA, fused norms/activations/RoPE, fp32 products through oneDNN), each tested
+# equal to the reference
 FAST_MODEL = {"attn_impl": "sdpa", "ops_impl": "fused"}
 
 

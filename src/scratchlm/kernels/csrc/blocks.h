@@ -206,15 +206,20 @@ struct Q3_KBlock {
 
 // Q4_K / Q5_K: the 8 six-bit scales and 8 mins of the 12 bytes q (ggml's get_scale_min_k4), unpacked as
 // ggml's vec_dot does, times d and -dmin: v[j] = d sc_j, v[8 + j] = -(dmin m_j) for sub-block j
-[[gnu::always_inline]] inline void k4_scales8(const uint8_t* p, float* v) {
-  uint32_t u[4];
+// The 16 bytes of u: the 8 six-bit scales, then the 8 mins.
+[[gnu::always_inline]] inline void k4_unpack(const uint8_t* p, uint32_t* u) {
   std::memcpy(u, p + 4, 12);
   const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
   u[3] = ((u[2] >> 4) & m2) | (((u[1] >> 6) & m3) << 4);
   const uint32_t mins_lo = u[1] & m1;
   u[1] = (u[2] & m2) | (((u[0] >> 6) & m3) << 4);
   u[2] = mins_lo;
-  u[0] &= m1;  // bytes of u: the 8 scales, then the 8 mins
+  u[0] &= m1;
+}
+
+[[gnu::always_inline]] inline void k4_scales8(const uint8_t* p, float* v) {
+  uint32_t u[4];
+  k4_unpack(p, u);
   vstore(v, vmul(u8_f(load_b16(reinterpret_cast<const uint8_t*>(u))), vset2(fp16_to_f32(p), -fp16_to_f32(p + 2))));
 }
 

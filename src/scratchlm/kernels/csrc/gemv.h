@@ -7,7 +7,8 @@
 //           the values quant/dequantize.py computes, bit for bit
 // A block type reads K in its blocks (32 values, or 256 for the K-quants); dense rows K in 16s.
 // matrix_ref.h splits rows over threads; gemv_a8.h holds the integer (8-bit activation) kernels; one batch row of
-// Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K goes through gemv_centered.h on AVX2 (sub-block sums, no widening).
+// Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K goes through gemv_centered.h on AVX2 (sub-block sums, no widening), of
+// Q5_K / Q6_K through gemv_centered512.h on AVX-512.
 // simd.h picks the inner loops' instructions (AVX-512, AVX2, or a portable loop) at compile time.
 
 #pragma once

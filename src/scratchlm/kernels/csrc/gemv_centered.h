@@ -1,7 +1,8 @@
 // One batch row (decoding) of y = x @ W^T on ggml blocks, AVX2: by sub-block sums of the centered integers
 // instead of widening every weight. Types: Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K. The rest run gemv.h: Q4_1 and
 // Q5_1 ran at 0.82x / 0.96x of it this way (two f16 fields per 32 values cost more than the widening saves);
-// IQ4_NL, Q2_K, Q3_K, IQ4_XS are not measured; targets other than AVX2 run gemv.h too.
+// IQ4_NL, Q2_K, Q3_K, IQ4_XS are not measured. On AVX-512, Q5_K and Q6_K run gemv_centered512.h (the same sums,
+// 64 bytes of quants at a time); the rest, and targets without AVX2, run gemv.h.
 //
 // A chunk c of 32 values (a 32-value block, a K-quant sub-block; Q6_K: two halves of 16, two scales) holds
 // w = s_c q + t_c with small integers q, so
@@ -32,27 +33,35 @@
 #include <vector>
 
 #include "blocks.h"
+#include "gemv_centered512.h"
 #include "simd.h"
 
 namespace scratchlm {
 
 // x of one batch row prepared for the centered kernels: xp = x * 2^-24 with each 32-value chunk in pass order
-// (see above), xs[c] = sum of chunk c of x (in index order), zeros past the last chunk up to a multiple of 8.
+// (see above; on AVX-512 x as it is), xs[c] = sum of chunk c of x (in index order), zeros past the last chunk up to a multiple of 8.
+// xp is 64-byte aligned (a vector load of x that crosses a cache line costs AVX-512's kernel ~10%).
 struct SumsX {
-  std::vector<float> xp, xs;
+  std::vector<float> buf, xs;
+  float* xp = nullptr;
   int64_t K = 0;
 
   void prepare(const float* x, int64_t K_) {
     K = K_;
-    xp.resize(K), xs.assign((K / 32 + 7) / 8 * 8, 0.0f);
+    buf.resize(K + 16), xs.assign((K / 32 + 7) / 8 * 8, 0.0f);
+    xp = buf.data() + (16 - reinterpret_cast<uintptr_t>(buf.data()) / sizeof(float) % 16) % 16;
     for (int64_t c = 0; c < K / 32; ++c) {
       const float* src = x + 32 * c;
-      float* dst = xp.data() + 32 * c;
+      float* dst = xp + 32 * c;
+#if defined(SCRATCHLM_AVX512)
+      std::copy(src, src + 32, dst);  // gemv_centered512.h reads x as it is
+#else
       for (int m = 0; m < 4; ++m)
         for (int j = 0; j < 4; ++j) {
           dst[8 * m + j] = src[4 * m + j] * 0x1p-24f;
           dst[8 * m + 4 + j] = src[16 + 4 * m + j] * 0x1p-24f;
         }
+#endif
       float s = 0.0f;
       for (int l = 0; l < 32; ++l) s += src[l];
       xs[c] = s;
@@ -67,7 +76,9 @@ inline std::atomic<bool> centered_enabled{true};
 // The block types with a centered kernel on this target (the rest, and other targets, run gemv.h).
 template <typename Block>
 constexpr bool has_centered() {
-#if defined(SCRATCHLM_AVX2)
+#if defined(SCRATCHLM_AVX512)
+  return has_centered512<Block>();
+#elif defined(SCRATCHLM_AVX2)
   return std::is_same_v<Block, Q8_0Block> || std::is_same_v<Block, Q4_0Block> || std::is_same_v<Block, Q5_0Block> ||
          std::is_same_v<Block, Q4_KBlock> || std::is_same_v<Block, Q5_KBlock> || std::is_same_v<Block, Q6_KBlock>;
 #else
@@ -248,7 +259,7 @@ inline void centered_tile(const SumsX& sx, const uint8_t* w, float* y, int64_t n
       if constexpr (C::OFFSETS)
         tot[r] = _mm256_fmadd_ps(_mm256_load_ps(off), _mm256_loadu_ps(sx.xs.data() + c0), tot[r]);
     }
-    const float* xg = sx.xp.data() + 32 * c0;
+    const float* xg = sx.xp + 32 * c0;
     if (nc == 8) {
 #pragma GCC unroll 8
       for (int c = 0; c < 8; ++c)
@@ -269,6 +280,11 @@ void centered_rows(const SumsX& sx, const uint8_t* w, float* y, int64_t n0, int6
   int64_t n = n0;
   for (; n + NR <= n1; n += NR) centered_tile<Block, NR>(sx, w, y, n, row_bytes);
   for (; n < n1; ++n) centered_tile<Block, 1>(sx, w, y, n, row_bytes);
+}
+#elif defined(SCRATCHLM_AVX512)
+template <typename Block>
+void centered_rows(const SumsX& sx, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
+  centered512_rows<Block>(sx.xp, sx.xs.data(), sx.K, w, y, n0, n1);
 }
 #endif
 

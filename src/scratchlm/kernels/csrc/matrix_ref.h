@@ -1,7 +1,8 @@
 // One weight matrix W (N, K) in a Format, as raw bytes, and the GEMV around it:
 //   y[b, n] = (x[b] . W[n]) * out_scale[n] + bias[n] (+ residual[b, n]); optional pointers may be null.
 // F32 / BF16 / F16 and every ggml block type: fp32 x against exactly the dequantized W (gemv.h; one batch row
-// of Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K on AVX2: gemv_centered.h, the same function by sub-block sums).
+// of Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K on AVX2, Q5_K / Q6_K on AVX-512: gemv_centered.h, the same function
+// by sub-block sums).
 // Q8_0_A8 / Q4_1_A8: x quantized to 8 bits per 32-block first, integer dot products (gemv_a8.h); `data`
 // then points at the repacked weights and `aux` at their fp16 scales.
 // A8_ROW + a block format: x quantized to 8 bits per block of that type, integer dot products on the ggml

@@ -22,6 +22,8 @@ from scratchlm.nn.linear import Linear
 from scratchlm.nn.masks import causal_mask, combine_masks
 from scratchlm.nn.norm import RMSNorm
 from scratchlm.nn.positional import check_positions_shape
+from scratchlm.nn.probs_attention import applies as probs_attention_applies
+from scratchlm.nn.probs_attention import probs_attention
 from scratchlm.nn.rope import RotaryEmbedding
 from scratchlm.nn.softcap import softcap as soft_cap
 from scratchlm.nn.softmax import softmax
@@ -100,9 +102,12 @@ def sdpa_attention(
 ) -> torch.Tensor:
     """Fast path: torch's fused F.scaled_dot_product_attention, same contract (and shapes) as the reference.
     torch's kernel has no soft-capping: with `softcap` this runs the reference math. A causal chunk over a
-    cached prefix with nothing else masked runs as two unmasked calls (nn/chunk_attention.py)."""
+    cached prefix with nothing else masked runs as two unmasked calls (nn/chunk_attention.py). bf16 causal
+    self-attention at short T (training) runs with its probabilities materialised (nn/probs_attention.py)."""
     if softcap is not None:
         return scaled_dot_product_attention(q, k, v, mask, is_causal, scale, softcap)
+    if probs_attention_applies(q, k, v, mask, is_causal, softcap):
+        return probs_attention(q, k, v, q.shape[-1] ** -0.5 if scale is None else scale)
     _, h, kvh = check_attention_shapes(q, k, v, mask)
     gqa = h != kvh
     t, s = q.shape[-2], k.shape[-2]

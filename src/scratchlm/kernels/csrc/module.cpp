@@ -1,8 +1,10 @@
 // Python bindings of scratchlm's decode kernels (gemv.h / gemv_a8.h: the matrix-vector kernels, matrix_ref.h:
-// one matrix in a format, linear.h: with its scales and bias; llama_step.h: a whole Llama decode step). Built by kernels/build.py with torch.utils.cpp_extension.
+// one matrix in a format, linear.h: with its scales and bias; llama_step.h: a whole Llama decode step) and of the
+// training attention's causal softmax (causal_softmax.h). Built by kernels/build.py with torch.utils.cpp_extension.
 
 #include <torch/extension.h>
 
+#include "causal_softmax.h"
 #include "llama_step.h"
 
 namespace {
@@ -124,6 +126,38 @@ std::string simd() {
 #endif
 }
 
+void check_rows(const torch::Tensor& t, torch::ScalarType dtype, int64_t T, const char* name) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == dtype && t.is_contiguous() && t.dim() >= 1 &&
+              t.size(-1) == T && t.numel() % T == 0,
+              name, " must be a contiguous ", dtype, " CPU tensor (..., ", T, "), got ", t.scalar_type(), " ", t.sizes());
+}
+
+// scores s (..., T queries, T keys) fp32 -> the causal softmax of scale * s as bf16 (causal_softmax.h)
+torch::Tensor causal_softmax_bf16(const torch::Tensor& s, double scale) {
+  const int64_t T = s.size(-1);
+  check_rows(s, torch::kFloat32, T, "s");
+  TORCH_CHECK(s.dim() >= 2 && s.size(-2) % T == 0, "s must be (..., q, T) with whole groups of T queries, got ", s.sizes());
+  auto p = torch::empty(s.sizes(), s.options().dtype(torch::kBFloat16));
+  scratchlm::causal_softmax_rows(s.data_ptr<float>(), reinterpret_cast<uint16_t*>(p.data_ptr()), s.numel() / T, T,
+                                 static_cast<float>(scale));
+  return p;
+}
+
+// p bf16 and dp fp32 (..., T), d fp32 (...) -> dS = p (dp - d) scale as bf16, 0 above the diagonal
+torch::Tensor causal_softmax_grad_bf16(const torch::Tensor& p, const torch::Tensor& dp, const torch::Tensor& d,
+                                       double scale) {
+  const int64_t T = p.size(-1);
+  check_rows(p, torch::kBFloat16, T, "p");
+  check_rows(dp, torch::kFloat32, T, "dp");
+  TORCH_CHECK(dp.sizes() == p.sizes() && d.is_contiguous() && d.scalar_type() == torch::kFloat32 &&
+              d.numel() * T == p.numel(), "dp must match p and d hold one fp32 value per row");
+  auto ds = torch::empty(p.sizes(), p.options());
+  scratchlm::causal_softmax_grad_rows(reinterpret_cast<const uint16_t*>(p.data_ptr()), dp.data_ptr<float>(),
+                                      d.data_ptr<float>(), reinterpret_cast<uint16_t*>(ds.data_ptr()), p.numel() / T, T,
+                                      static_cast<float>(scale));
+  return ds;
+}
+
 // Route one batch row of the block types through gemv_centered.h (true, the default) or gemv.h; the old value.
 bool set_centered(bool on) { return scratchlm::centered_enabled.exchange(on); }
 
@@ -149,6 +183,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(pybind11::init<std::vector<int>, std::vector<torch::Tensor>, std::vector<int64_t>, int64_t,
                           std::optional<torch::Tensor>, std::optional<torch::Tensor>, std::optional<torch::Tensor>>())
       .def("forward", &scratchlm::Linear::forward, nogil(), "x (B, K) fp32 -> (B, N) fp32");
+  m.def("causal_softmax_bf16", &causal_softmax_bf16, nogil(), "scores (..., T, T) fp32, scale -> causal softmax, bf16");
+  m.def("causal_softmax_grad_bf16", &causal_softmax_grad_bf16, nogil(),
+        "p bf16, dp fp32 (..., T, T), d fp32 (..., T), scale -> p (dp - d) scale, bf16, 0 above the diagonal");
   m.def("exp_sum", &exp_sum, nogil(), "x (n,) fp32, mx -> (exp(x - mx), its sum): the attention softmax's exps");
   pybind11::class_<scratchlm::LayerSpec>(m, "LayerSpec")
       .def(pybind11::init<int64_t, int64_t, bool, torch::Tensor, torch::Tensor, torch::Tensor>(),

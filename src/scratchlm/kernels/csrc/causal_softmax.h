@@ -1,0 +1,91 @@
+// The elementwise half of causal attention with the probabilities materialised (nn/probs_attention.py), one pass
+// over each row each way, for training at short T:
+//
+//   forward    P[r, j]  = exp(c s_j - m) * (1 / sum_{i <= t} exp(c s_i - m))  for j <= t, else 0 (bf16 out)
+//              m = max_{i <= t} c s_i, t = r % T (the row's query position; rows are (..., query) with T queries)
+//   backward   dS[r, j] = P[r, j] (dP[r, j] - D[r]) c                                           (bf16 out)
+//              D[r] = sum_j dO[r, j] O[r, j] = sum_j P[r, j] dP[r, j], given
+//
+// c the score scale; s (fp32) the raw scores q . k. Each value rounds once to bf16 (round to nearest even, as
+// torch's .to(torch.bfloat16)). The exponentials are softmax_exp.h's (within 2 ulp of exp). torch's ops do the
+// same in five to eight passes over the (rows, T) tensors; at T = 256 those passes took more time than the
+// attention's six matrix products (benchmarks/RESULTS.md, issue #26).
+
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "softmax_exp.h"
+
+namespace scratchlm {
+
+inline uint16_t bf16_rne(float f) {  // fp32 -> bf16, round to nearest even (finite values)
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  b += 0x7fffu + ((b >> 16) & 1u);
+  return static_cast<uint16_t>(b >> 16);
+}
+
+inline float bf16_f32(uint16_t h) {
+  const uint32_t b = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// out[i] = bf16(v[i] * mul) for i < n
+inline void store_bf16(const float* v, float mul, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+#if defined(SCRATCHLM_AVX2) || defined(SCRATCHLM_AVX512)
+  const __m256 m = _mm256_set1_ps(mul);
+  const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+  for (; i + 8 <= n; i += 8) {
+    __m256i b = _mm256_castps_si256(_mm256_mul_ps(_mm256_loadu_ps(v + i), m));
+    b = _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(b, 16), one))), 16);
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));  // < 2^16
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), packed);
+  }
+#endif
+  for (; i < n; ++i) out[i] = bf16_rne(v[i] * mul);
+}
+
+// P (rows, T) bf16 from the raw scores s (rows, T) fp32: the causal softmax of c s, row r's query at r % T.
+inline void causal_softmax_rows(const float* s, uint16_t* p, int64_t rows, int64_t T, float c) {
+  at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
+    std::vector<float> e(T);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r % T + 1;  // keys 0 .. t
+      const float* sr = s + r * T;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) e[j] = sr[j] * c, mx = std::max(mx, e[j]);
+      const float sum = exp_sum(e.data(), n, mx);
+      store_bf16(e.data(), 1.0f / sum, p + r * T, n);
+      std::fill(p + r * T + n, p + (r + 1) * T, uint16_t{0});
+    }
+  });
+}
+
+// dS (rows, T) bf16 = P (dP - D[r]) c on and below the diagonal, 0 above.
+inline void causal_softmax_grad_rows(const uint16_t* p, const float* dp, const float* d, uint16_t* ds, int64_t rows,
+                                     int64_t T, float c) {
+  at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
+    std::vector<float> g(T);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t n = r % T + 1;
+      const uint16_t* pr = p + r * T;
+      const float* dpr = dp + r * T;
+      const float dr = d[r];
+      for (int64_t j = 0; j < n; ++j) g[j] = bf16_f32(pr[j]) * (dpr[j] - dr);
+      store_bf16(g.data(), c, ds + r * T, n);
+      std::fill(ds + r * T + n, ds + (r + 1) * T, uint16_t{0});
+    }
+  });
+}
+
+}  // namespace scratchlm

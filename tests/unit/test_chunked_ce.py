@@ -125,3 +125,24 @@ def test_lora_model_and_unfusable_heads():
     assert fused_head_weight(_model(final_softcap=30.0)) is None  # soft-capped logits: the torch path
     capped = _model(final_softcap=30.0)
     torch.testing.assert_close(model_cross_entropy(capped, ids, y, "chunked"), model_cross_entropy(capped, ids, y, "torch"))
+
+
+def test_native_rows_under_bf16_autocast_equal_the_torch_rows():
+    """fused=True with the native kernels: the bf16 chunk's loss and dx in one C++ pass (no fp32 copy); the same
+    function as the torch rows of fused=False under the same autocast (the loss and both gradients)."""
+    from scratchlm.kernels.build import native
+    if native() is None:
+        pytest.skip("no C++ compiler / SCRATCHLM_KERNELS=0: fused=True keeps the torch rows (tested above)")
+    g = torch.Generator().manual_seed(3)
+    h = torch.randn(70, 48, generator=g, requires_grad=True)
+    w = (torch.randn(333, 48, generator=g) * 0.3).requires_grad_()
+    y = torch.randint(0, 333, (70,), generator=g)
+    y[:5] = -100
+    out = {}
+    for fused in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = linear_cross_entropy(h, w, y, label_smoothing=0.1, z_loss=1e-3, chunk_size=32, fused=fused)
+        out[fused] = (loss, *torch.autograd.grad(loss, (h, w)))
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=1e-5, atol=1e-5)
+    for a, b in zip(out[True][1:], out[False][1:]):  # dx rounds to bf16 in both; a value may land one step away
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-4)

@@ -50,6 +50,18 @@ def _(p: torch.Tensor, dp: torch.Tensor, d: torch.Tensor, scale: float) -> torch
     return torch.empty_like(p)
 
 
+@torch.compiler.assume_constant_result
+def kernels_ready() -> bool:
+    """The native kernels are built and loaded (a constant to torch.compile: the check reads files)."""
+    return native() is not None
+
+
+@torch.compiler.assume_constant_result
+def onednn_ready() -> bool:
+    """torch has oneDNN's linear op (a constant to torch.compile)."""
+    return onednn_available()
+
+
 def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
             softcap: float | None) -> bool:
     """This path computes the call (see the module docstring for the conditions)."""
@@ -58,13 +70,13 @@ def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     b, h, t, _ = q.shape
     return (all(x.dtype == torch.bfloat16 and x.device.type == "cpu" for x in (q, k, v))
             and k.shape[-2] == t and k.shape[:2] == v.shape[:2] and h % k.shape[1] == 0
-            and 0 < b * h * t * t <= SCORE_BUDGET and native() is not None)
+            and 0 < b * h * t * t <= SCORE_BUDGET and kernels_ready())
 
 
 def scores_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a (N, M, Hd) @ b (N, S, Hd)^T in fp32 (bf16 operands widened exactly): oneDNN per head where torch has it."""
     a, b = a.float(), b.float()
-    if not onednn_available():
+    if not onednn_ready():
         return a @ b.transpose(-1, -2)
     return torch.stack([mm_nt(a[i], b[i]) for i in range(a.shape[0])])
 

@@ -16,13 +16,16 @@ become one reused C x V buffer. dW is skipped when W does not train (LoRA), dh w
 (values and gradients) to cross_entropy(h @ W.T, targets) in tests/unit/test_chunked_ce.py.
 fused=True (the model's ops_impl="fused"): the three fp32 products through oneDNN (nn/onednn_linear.py), dW
 accumulated transposed (dW^T += h_c^T dx_c: oneDNN's blocking runs that form 1.1-1.7x faster) and chunks of
-128 MB by default (the products' inner size C: 170 -> 682 rows of a 49k vocabulary ran dh and dW 1.2-1.6x faster).
+128 MB by default (the products' inner size C: 170 -> 682 rows of a 49k vocabulary ran dh and dW 1.2-1.6x faster);
+and, where the native kernels are built, each chunk's loss and dx in one C++ pass per row in the logits' own
+dtype (kernels/csrc/cross_entropy_rows.h; under bf16 autocast no fp32 copy of the chunk, no cast back).
 """
 
 from __future__ import annotations
 
 import torch
 
+from scratchlm.kernels.build import native
 from scratchlm.nn import onednn_linear
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # one fp32 logits chunk; 170 rows of a 49k vocabulary, 1024 of an 8k one
@@ -39,6 +42,25 @@ def _compute_dtype(t: torch.Tensor) -> torch.dtype:
     if torch.is_autocast_enabled(t.device.type):
         return torch.get_autocast_dtype(t.device.type)
     return t.dtype
+
+
+@torch.compiler.assume_constant_result
+def _kernels_ready() -> bool:
+    """The native kernels are built and loaded (a constant to torch.compile: the check reads files)."""
+    return native() is not None
+
+
+@torch.library.custom_op("scratchlm::cross_entropy_rows_", mutates_args=("x",))
+def _rows_native(x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor, eps: float, z: float,
+                 want_grad: bool) -> torch.Tensor:
+    """_chunk_loss_and_grad in one C++ pass per row (kernels/csrc/cross_entropy_rows.h): x fp32 or bf16, kept in
+    its dtype (dx overwrites it), so a bf16 chunk is never widened to an fp32 copy."""
+    return native().cross_entropy_rows_(x, y, valid, eps, z, want_grad)
+
+
+@_rows_native.register_fake
+def _(x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor, eps: float, z: float, want_grad: bool) -> torch.Tensor:
+    return x.new_empty(x.shape[0], dtype=torch.float32)
 
 
 def _chunk_loss_and_grad(x: torch.Tensor, y: torch.Tensor, valid: torch.Tensor, eps: float, z: float,
@@ -82,13 +104,19 @@ class _LinearCrossEntropy(torch.autograd.Function):
         w_shape = w.shape[::-1] if onednn else w.shape
         grad_w = torch.zeros(w_shape, dtype=torch.float32, device=w.device) if want_grad and need_w else None
         total = torch.zeros((), dtype=torch.float32, device=h.device)
+        native_rows = (fused and h.device.type == "cpu" and cd in (torch.float32, torch.bfloat16)
+                       and _kernels_ready())
         for s in range(0, h.shape[0], rows):
             h_c = h[s:s + rows].to(cd)  # (C, D)
             y = targets[s:s + rows]
             valid = y != ignore_index
             safe_y = torch.where(valid, y, torch.zeros_like(y))
-            x = mm_nt(h_c, w_c).float()  # (C, V)
-            loss, dx = _chunk_loss_and_grad(x, safe_y, valid, eps, z, want_grad)
+            x = mm_nt(h_c, w_c)  # (C, V) in the compute dtype
+            if native_rows and x.is_contiguous():
+                loss = _rows_native(x, safe_y.contiguous(), valid.contiguous(), eps, z, want_grad)
+                dx = x if want_grad else None  # dL/dx in x's memory and dtype
+            else:
+                loss, dx = _chunk_loss_and_grad(x.float(), safe_y, valid, eps, z, want_grad)
             total += loss.sum()
             if dx is not None:
                 dx_c = dx.to(cd)

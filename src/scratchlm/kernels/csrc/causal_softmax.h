@@ -39,20 +39,20 @@ inline float bf16_f32(uint16_t h) {
   return f;
 }
 
-// out[i] = bf16(v[i] * mul) for i < n
-inline void store_bf16(const float* v, float mul, uint16_t* out, int64_t n) {
+// out[i] = bf16(v[i] * mul - sub) for i < n
+inline void store_bf16(const float* v, float mul, uint16_t* out, int64_t n, float sub = 0.f) {
   int64_t i = 0;
 #if defined(SCRATCHLM_AVX2) || defined(SCRATCHLM_AVX512)
-  const __m256 m = _mm256_set1_ps(mul);
+  const __m256 m = _mm256_set1_ps(mul), d = _mm256_set1_ps(sub);
   const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
   for (; i + 8 <= n; i += 8) {
-    __m256i b = _mm256_castps_si256(_mm256_mul_ps(_mm256_loadu_ps(v + i), m));
+    __m256i b = _mm256_castps_si256(_mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), m), d));
     b = _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(b, 16), one))), 16);
     const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));  // < 2^16
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), packed);
   }
 #endif
-  for (; i < n; ++i) out[i] = bf16_rne(v[i] * mul);
+  for (; i < n; ++i) out[i] = bf16_rne(v[i] * mul - sub);
 }
 
 // P (rows, T) bf16 from the raw scores s (rows, T) fp32: the causal softmax of c s, row r's query at r % T.

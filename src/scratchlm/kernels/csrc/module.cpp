@@ -1,10 +1,11 @@
 // Python bindings of scratchlm's decode kernels (gemv.h / gemv_a8.h: the matrix-vector kernels, matrix_ref.h:
 // one matrix in a format, linear.h: with its scales and bias; llama_step.h: a whole Llama decode step) and of the
-// training attention's causal softmax (causal_softmax.h). Built by kernels/build.py with torch.utils.cpp_extension.
+// training attention's causal softmax (causal_softmax.h) and the LM head's cross entropy rows (cross_entropy_rows.h). Built by kernels/build.py with torch.utils.cpp_extension.
 
 #include <torch/extension.h>
 
 #include "causal_softmax.h"
+#include "cross_entropy_rows.h"
 #include "llama_step.h"
 
 namespace {
@@ -158,6 +159,30 @@ torch::Tensor causal_softmax_grad_bf16(const torch::Tensor& p, const torch::Tens
   return ds;
 }
 
+// logits x (rows, V) fp32 or bf16, targets y (rows,) int64, valid (rows,) bool -> per-row loss (fp32); x <- dL/dx
+// when want_grad (cross_entropy_rows.h)
+torch::Tensor cross_entropy_rows_(torch::Tensor x, const torch::Tensor& y, const torch::Tensor& valid, double eps,
+                                  double z, bool want_grad) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2 && x.is_contiguous() &&
+              (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16),
+              "x must be contiguous (rows, V) fp32 or bf16 on CPU, got ", x.scalar_type(), " ", x.sizes());
+  const int64_t rows = x.size(0), V = x.size(1);
+  TORCH_CHECK(y.scalar_type() == torch::kInt64 && y.is_contiguous() && y.numel() == rows &&
+              valid.scalar_type() == torch::kBool && valid.is_contiguous() && valid.numel() == rows,
+              "y (int64) and valid (bool) must hold one contiguous value per row");
+  TORCH_CHECK(rows == 0 || (y.min().item<int64_t>() >= 0 && y.max().item<int64_t>() < V), "targets must be in [0, V)");
+  auto loss = torch::empty({rows}, x.options().dtype(torch::kFloat32));
+  const auto* yp = y.data_ptr<int64_t>();
+  const auto* vp = valid.data_ptr<bool>();
+  if (x.scalar_type() == torch::kFloat32)
+    scratchlm::cross_entropy_rows(x.data_ptr<float>(), yp, vp, loss.data_ptr<float>(), rows, V, static_cast<float>(eps),
+                                  static_cast<float>(z), want_grad);
+  else
+    scratchlm::cross_entropy_rows(reinterpret_cast<uint16_t*>(x.data_ptr()), yp, vp, loss.data_ptr<float>(), rows, V,
+                                  static_cast<float>(eps), static_cast<float>(z), want_grad);
+  return loss;
+}
+
 // Route one batch row of the block types through gemv_centered.h (true, the default) or gemv.h; the old value.
 bool set_centered(bool on) { return scratchlm::centered_enabled.exchange(on); }
 
@@ -186,6 +211,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("causal_softmax_bf16", &causal_softmax_bf16, nogil(), "scores (..., T, T) fp32, scale -> causal softmax, bf16");
   m.def("causal_softmax_grad_bf16", &causal_softmax_grad_bf16, nogil(),
         "p bf16, dp fp32 (..., T, T), d fp32 (..., T), scale -> p (dp - d) scale, bf16, 0 above the diagonal");
+  m.def("cross_entropy_rows_", &cross_entropy_rows_, nogil(),
+        "logits (rows, V) fp32/bf16 (overwritten with dL/dx when want_grad), y int64, valid bool, eps, z -> loss (rows,)");
   m.def("exp_sum", &exp_sum, nogil(), "x (n,) fp32, mx -> (exp(x - mx), its sum): the attention softmax's exps");
   pybind11::class_<scratchlm::LayerSpec>(m, "LayerSpec")
       .def(pybind11::init<int64_t, int64_t, bool, torch::Tensor, torch::Tensor, torch::Tensor>(),

@@ -82,8 +82,41 @@ def run(fn, q, k, v, do):
     return o.detach(), q.grad, k.grad, v.grad
 
 
+@pytest.fixture(params=["fused scores", "fp32 GEMM scores"])
+def scores_path(request, kernels, monkeypatch):
+    """Both ways to the scores: fused bf16 dot products (AVX512-BF16 CPUs) and fp32 GEMMs + the softmax kernel."""
+    if request.param == "fused scores":
+        if not kernels.has_bf16_dot():
+            pytest.skip("this CPU has no AVX512-BF16: the fp32 GEMM scores run (the other parameter)")
+    else:
+        monkeypatch.setattr(pa, "bf16_dot_ready", lambda: False)
+    return request.param
+
+
+def test_fused_scores_equal_fp32_gemm_scores_then_softmax(kernels) -> None:
+    """causal_probs / causal_probs_grad (scores by bf16 dot products inside the row pass) against the GEMM route:
+    fp32 products of the same bf16 values, then causal_softmax / causal_softmax_grad. Same fp32 function up to
+    summation order: the bf16 outputs agree but for a rare one-step rounding."""
+    if not kernels.has_bf16_dot():
+        pytest.skip("this CPU has no AVX512-BF16 (causal_probs_bf16 is not built)")
+    g = torch.Generator().manual_seed(5)
+    n, t, gq, hd = 3, 50, 2, 48  # 50 keys: a partial 16-key block; 2 query groups
+    q = (torch.randn(n, gq * t, hd, generator=g) * 2).bfloat16()
+    k = (torch.randn(n, t, hd, generator=g) * 2).bfloat16()
+    v, dout = torch.randn(n, t, hd, generator=g).bfloat16(), torch.randn(n, gq * t, hd, generator=g).bfloat16()
+    p = pa.causal_probs(q, k, 0.2)
+    want = pa.causal_softmax(q.float() @ k.float().transpose(-1, -2), 0.2)
+    assert float(bf16_ulps(p, want)[want != 0].max()) <= 1.0 and bool((p[want == 0] == 0).all())
+    assert float((p == want).float().mean()) > 0.99
+    d = torch.randn(n, gq * t, generator=g)
+    ds = pa.causal_probs_grad(p, dout, v, d, 0.2)
+    want = pa.causal_softmax_grad(p, dout.float() @ v.float().transpose(-1, -2), d, 0.2)
+    assert float(((ds.float() - want.float()).abs() / want.float().abs().clamp_min(1e-30))[want != 0].max()) < 0.05
+    assert float((ds == want).float().mean()) > 0.98
+
+
 @pytest.mark.parametrize("h,kvh", [(6, 2), (4, 4), (4, 1)])
-def test_values_and_gradients_against_float64_within_torch_flash_error(kernels, h: int, kvh: int) -> None:
+def test_values_and_gradients_against_float64_within_torch_flash_error(scores_path, h: int, kvh: int) -> None:
     g = torch.Generator().manual_seed(h * 10 + kvh)
     b, t, hd = 2, 96, 32
     q = (torch.randn(b, h, t, hd, generator=g) * 2).bfloat16()

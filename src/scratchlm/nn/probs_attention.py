@@ -11,7 +11,9 @@ The same function as the reference attention (nn/attention.py) with torch's flas
 of bf16 values accumulated in fp32 for S and dP, P and dS rounded to bf16 before their products. Why: at the
 llama-small training shape (T 256, Hd 64) torch's CPU flash attention took ~19 ms per layer forward and
 backward in bf16, while its six products run in ~4 ms as whole bf16 / fp32 GEMMs; the softmax and its gradient
-are one pass each in C++ (kernels/csrc/causal_softmax.h; torch's elementwise ops took five to eight passes).
+are one pass each in C++ (kernels/csrc/causal_softmax.h; torch's elementwise ops took five to eight passes). On
+CPUs with AVX512-BF16 the two fp32 products (S and dP) are computed inside those passes too, by bf16 dot products
+that add exact products in fp32 (kernels/csrc/attention_scores.h): no fp32 copies of q, k, dO, v, no per-head GEMMs.
 The cost is memory: S, P, dP, dS of B H T^2 values live at once, so the path applies below SCORE_BUDGET values
 (flash attention keeps O(T) per row) — and only with the native kernels built, bf16 inputs on CPU, a causal mask
 and nothing else (no extra mask, no soft-capping, T queries over T keys). Tested against float64 attention in
@@ -62,6 +64,35 @@ def onednn_ready() -> bool:
     return onednn_available()
 
 
+@torch.compiler.assume_constant_result
+def bf16_dot_ready() -> bool:
+    """The native kernels have AVX512-BF16 dot products: scores fused with the softmax (a constant to compile)."""
+    return kernels_ready() and bool(native().has_bf16_dot())
+
+
+@torch.library.custom_op("scratchlm::causal_probs_bf16", mutates_args=())
+def causal_probs(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """q (N, G T, Hd), k (N, T, Hd) bf16 -> causal_softmax(q k^T, scale), the scores by bf16 dot products in C++."""
+    return native().causal_probs_bf16(q.contiguous(), k.contiguous(), scale)
+
+
+@causal_probs.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    return q.new_empty(q.shape[0], q.shape[1], k.shape[1])
+
+
+@torch.library.custom_op("scratchlm::causal_probs_grad_bf16", mutates_args=())
+def causal_probs_grad(p: torch.Tensor, dout: torch.Tensor, v: torch.Tensor, d: torch.Tensor,
+                      scale: float) -> torch.Tensor:
+    """causal_softmax_grad(p, dout v^T, d, scale), the products by bf16 dot products in C++."""
+    return native().causal_probs_grad_bf16(p.contiguous(), dout.contiguous(), v.contiguous(), d.contiguous(), scale)
+
+
+@causal_probs_grad.register_fake
+def _(p: torch.Tensor, dout: torch.Tensor, v: torch.Tensor, d: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.empty_like(p)
+
+
 def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
             softcap: float | None) -> bool:
     """This path computes the call (see the module docstring for the conditions)."""
@@ -91,7 +122,10 @@ class ProbsAttention(torch.autograd.Function):
         with torch.autocast("cpu", enabled=False):
             qg = q.reshape(b * kvh, (h // kvh) * t, hd)  # (B KvH, G T, Hd)
             kf, vf = k.reshape(b * kvh, t, hd), v.reshape(b * kvh, t, v.shape[-1])
-            p = causal_softmax(scores_fp32(qg, kf), scale)  # (B KvH, G T, T) bf16
+            if bf16_dot_ready() and qg.shape[-1] % 2 == 0:
+                p = causal_probs(qg, kf, scale)  # (B KvH, G T, T) bf16, the scores fused
+            else:
+                p = causal_softmax(scores_fp32(qg, kf), scale)
             o = p @ vf  # (B KvH, G T, Hd_v)
         ctx.save_for_backward(qg, kf, vf, p, o)
         ctx.scale, ctx.shape = scale, (b, h, t, v.shape[-1])
@@ -104,9 +138,11 @@ class ProbsAttention(torch.autograd.Function):
         with torch.autocast("cpu", enabled=False):
             dog = do.to(o.dtype).reshape(o.shape)  # (B KvH, G T, Hd_v)
             dv = p.transpose(-1, -2) @ dog  # sums the G query heads of each kv head
-            dp = scores_fp32(dog, vf)  # (B KvH, G T, T)
             d = (dog.float() * o.float()).sum(-1)  # (B KvH, G T)
-            ds = causal_softmax_grad(p, dp, d, ctx.scale)
+            if bf16_dot_ready() and vf.shape[-1] % 2 == 0:
+                ds = causal_probs_grad(p, dog, vf, d, ctx.scale)  # dP = dO V^T fused
+            else:
+                ds = causal_softmax_grad(p, scores_fp32(dog, vf), d, ctx.scale)
             dq = (ds @ kf).view(b, h, t, qg.shape[-1])
             dk = (ds.transpose(-1, -2) @ qg).view(b, -1, t, qg.shape[-1])
         return dq, dk, dv.view(b, -1, t, hdv), None

@@ -55,18 +55,52 @@ inline void store_bf16(const float* v, float mul, uint16_t* out, int64_t n, floa
   for (; i < n; ++i) out[i] = bf16_rne(v[i] * mul - sub);
 }
 
+// e[i] *= c for i < n; returns the max of the products
+inline float scale_max(float* e, int64_t n, float c) {
+  int64_t i = 0;
+  float mx = -INFINITY;
+#if defined(SCRATCHLM_AVX2) || defined(SCRATCHLM_AVX512)
+  const __m256 cv = _mm256_set1_ps(c);
+  __m256 m8 = _mm256_set1_ps(-INFINITY);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(e + i), cv);
+    _mm256_storeu_ps(e + i, v);
+    m8 = _mm256_max_ps(m8, v);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m8);
+  for (float v : lanes) mx = std::max(mx, v);
+#endif
+  for (; i < n; ++i) e[i] *= c, mx = std::max(mx, e[i]);
+  return mx;
+}
+
+// One row: e[0 .. n) the raw scores of its visible keys (scratch, overwritten) -> out[0 .. T) = bf16 softmax of
+// c e, zeros past n
+inline void softmax_row_bf16(float* e, int64_t n, float c, uint16_t* out, int64_t T) {
+  const float mx = scale_max(e, n, c);
+  const float sum = exp_sum(e, n, mx);
+  store_bf16(e, 1.0f / sum, out, n);
+  std::fill(out + n, out + T, uint16_t{0});
+}
+
+// One row: p its bf16 probabilities, dp[0 .. n) its dP (scratch, overwritten), d its D -> out[0 .. T) = bf16
+// c p (dp - d), zeros past n
+inline void softmax_grad_row_bf16(const uint16_t* p, float* dp, float d, int64_t n, float c, uint16_t* out,
+                                  int64_t T) {
+  for (int64_t j = 0; j < n; ++j) dp[j] = bf16_f32(p[j]) * (dp[j] - d);
+  store_bf16(dp, c, out, n);
+  std::fill(out + n, out + T, uint16_t{0});
+}
+
 // P (rows, T) bf16 from the raw scores s (rows, T) fp32: the causal softmax of c s, row r's query at r % T.
 inline void causal_softmax_rows(const float* s, uint16_t* p, int64_t rows, int64_t T, float c) {
   at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
     std::vector<float> e(T);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t n = r % T + 1;  // keys 0 .. t
-      const float* sr = s + r * T;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < n; ++j) e[j] = sr[j] * c, mx = std::max(mx, e[j]);
-      const float sum = exp_sum(e.data(), n, mx);
-      store_bf16(e.data(), 1.0f / sum, p + r * T, n);
-      std::fill(p + r * T + n, p + (r + 1) * T, uint16_t{0});
+      std::copy(s + r * T, s + r * T + n, e.data());
+      softmax_row_bf16(e.data(), n, c, p + r * T, T);
     }
   });
 }
@@ -78,12 +112,8 @@ inline void causal_softmax_grad_rows(const uint16_t* p, const float* dp, const f
     std::vector<float> g(T);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t n = r % T + 1;
-      const uint16_t* pr = p + r * T;
-      const float* dpr = dp + r * T;
-      const float dr = d[r];
-      for (int64_t j = 0; j < n; ++j) g[j] = bf16_f32(pr[j]) * (dpr[j] - dr);
-      store_bf16(g.data(), c, ds + r * T, n);
-      std::fill(ds + r * T + n, ds + (r + 1) * T, uint16_t{0});
+      std::copy(dp + r * T, dp + r * T + n, g.data());
+      softmax_grad_row_bf16(p + r * T, g.data(), d[r], n, c, ds + r * T, T);
     }
   });
 }

@@ -1,9 +1,10 @@
 // Python bindings of scratchlm's decode kernels (gemv.h / gemv_a8.h: the matrix-vector kernels, matrix_ref.h:
 // one matrix in a format, linear.h: with its scales and bias; llama_step.h: a whole Llama decode step) and of the
-// training attention's causal softmax (causal_softmax.h) and the LM head's cross entropy rows (cross_entropy_rows.h). Built by kernels/build.py with torch.utils.cpp_extension.
+// training attention's causal softmax (causal_softmax.h, attention_scores.h) and the LM head's cross entropy rows (cross_entropy_rows.h). Built by kernels/build.py with torch.utils.cpp_extension.
 
 #include <torch/extension.h>
 
+#include "attention_scores.h"
 #include "causal_softmax.h"
 #include "cross_entropy_rows.h"
 #include "llama_step.h"
@@ -159,6 +160,50 @@ torch::Tensor causal_softmax_grad_bf16(const torch::Tensor& p, const torch::Tens
   return ds;
 }
 
+void check_heads(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == torch::kBFloat16 && t.is_contiguous() && t.dim() == 3,
+              name, " must be a contiguous bf16 CPU tensor (N, rows, Hd), got ", t.scalar_type(), " ", t.sizes());
+}
+
+// q (N, M, Hd), k (N, T, Hd) bf16 -> P (N, M, T) bf16: the causal softmax of scale q . k (attention_scores.h)
+torch::Tensor causal_probs_bf16(const torch::Tensor& q, const torch::Tensor& k, double scale) {
+  TORCH_CHECK(scratchlm::HAS_BF16_DOT, "causal_probs_bf16 needs AVX512-BF16 (has_bf16_dot() is false here)");
+  check_heads(q, "q");
+  check_heads(k, "k");
+  const int64_t N = q.size(0), M = q.size(1), T = k.size(1), Hd = q.size(2);
+  TORCH_CHECK(k.size(0) == N && k.size(2) == Hd && Hd % 2 == 0 && M % T == 0,
+              "k must be (N, T, Hd) with q (N, G T, Hd), Hd even; got q ", q.sizes(), ", k ", k.sizes());
+  auto p = torch::empty({N, M, T}, q.options());
+#if defined(__AVX512BF16__) && defined(SCRATCHLM_AVX512)
+  scratchlm::causal_probs(reinterpret_cast<const uint16_t*>(q.data_ptr()), reinterpret_cast<const uint16_t*>(k.data_ptr()),
+                          reinterpret_cast<uint16_t*>(p.data_ptr()), N, M, T, Hd, static_cast<float>(scale));
+#endif
+  return p;
+}
+
+// p (N, M, T), dout (N, M, Hd), v (N, T, Hd) bf16, d (N, M) fp32 -> dS = scale p (dout . v - d), bf16
+torch::Tensor causal_probs_grad_bf16(const torch::Tensor& p, const torch::Tensor& dout, const torch::Tensor& v,
+                                     const torch::Tensor& d, double scale) {
+  TORCH_CHECK(scratchlm::HAS_BF16_DOT, "causal_probs_grad_bf16 needs AVX512-BF16 (has_bf16_dot() is false here)");
+  check_heads(p, "p");
+  check_heads(dout, "dout");
+  check_heads(v, "v");
+  const int64_t N = p.size(0), M = p.size(1), T = p.size(2), Hd = dout.size(2);
+  TORCH_CHECK(dout.size(0) == N && dout.size(1) == M && v.size(0) == N && v.size(1) == T && v.size(2) == Hd &&
+              Hd % 2 == 0 && M % T == 0 && d.scalar_type() == torch::kFloat32 && d.is_contiguous() &&
+              d.numel() == N * M, "p (N, M, T), dout (N, M, Hd), v (N, T, Hd), d (N, M) fp32 disagree");
+  auto ds = torch::empty_like(p);
+#if defined(__AVX512BF16__) && defined(SCRATCHLM_AVX512)
+  scratchlm::causal_probs_grad(reinterpret_cast<const uint16_t*>(p.data_ptr()),
+                               reinterpret_cast<const uint16_t*>(dout.data_ptr()),
+                               reinterpret_cast<const uint16_t*>(v.data_ptr()), d.data_ptr<float>(),
+                               reinterpret_cast<uint16_t*>(ds.data_ptr()), N, M, T, Hd, static_cast<float>(scale));
+#endif
+  return ds;
+}
+
+bool has_bf16_dot() { return scratchlm::HAS_BF16_DOT; }
+
 // logits x (rows, V) fp32 or bf16, targets y (rows,) int64, valid (rows,) bool -> per-row loss (fp32); x <- dL/dx
 // when want_grad (cross_entropy_rows.h)
 torch::Tensor cross_entropy_rows_(torch::Tensor x, const torch::Tensor& y, const torch::Tensor& valid, double eps,
@@ -211,6 +256,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("causal_softmax_bf16", &causal_softmax_bf16, nogil(), "scores (..., T, T) fp32, scale -> causal softmax, bf16");
   m.def("causal_softmax_grad_bf16", &causal_softmax_grad_bf16, nogil(),
         "p bf16, dp fp32 (..., T, T), d fp32 (..., T), scale -> p (dp - d) scale, bf16, 0 above the diagonal");
+  m.def("causal_probs_bf16", &causal_probs_bf16, nogil(), "q (N, G T, Hd), k (N, T, Hd) bf16, scale -> causal softmax P bf16");
+  m.def("causal_probs_grad_bf16", &causal_probs_grad_bf16, nogil(),
+        "p (N, G T, T), dout (N, G T, Hd), v (N, T, Hd) bf16, d (N, G T) fp32, scale -> dS bf16");
+  m.def("has_bf16_dot", &has_bf16_dot, "built with AVX512-BF16 dot products (causal_probs_bf16 and its gradient)");
   m.def("cross_entropy_rows_", &cross_entropy_rows_, nogil(),
         "logits (rows, V) fp32/bf16 (overwritten with dL/dx when want_grad), y int64, valid bool, eps, z -> loss (rows,)");
   m.def("exp_sum", &exp_sum, nogil(), "x (n,) fp32, mx -> (exp(x - mx), its sum): the attention softmax's exps");

@@ -70,3 +70,17 @@ def test_other_dtypes_autocast_and_empty_inputs_take_the_reference_product():
     assert y.dtype == torch.bfloat16  # autocast's own (bf16) product, as the reference Linear gets
     assert onednn_linear.linear(x[:0], w).shape == (0, 8)
     torch.testing.assert_close(onednn_linear.linear(x.double(), w.double()), x.double() @ w.double().t())
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_bias_under_autocast_keeps_the_products_dtype_as_torch_linear(fused):
+    """Under bf16 autocast torch's F.linear returns bf16 with the bias in; ours too (an fp32 bias added to the bf16
+    product used to promote the output, and everything after it, to fp32)."""
+    torch.manual_seed(0)
+    lin = Linear(16, 8, bias=True, fused=fused)
+    x = torch.randn(4, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = lin(x)
+        want = torch.nn.functional.linear(x, lin.weight, lin.bias)
+    assert y.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), want.float(), rtol=2e-2, atol=2e-2)

@@ -145,7 +145,7 @@ def test_applies_only_where_the_function_is_the_same(kernels) -> None:
     assert not pa.applies(q, k, v, None, True, 30.0)  # soft-capping
     assert not pa.applies(q, torch.zeros(1, 2, 12, 16, dtype=torch.bfloat16),
                           torch.zeros(1, 2, 12, 16, dtype=torch.bfloat16), None, True, None)  # cached keys: T != S
-    big = torch.zeros(1, 1, 8192, 1, dtype=torch.bfloat16)  # 64M scores: over SCORE_BUDGET
+    big = torch.zeros(1, 1, 8192, 2, dtype=torch.bfloat16)  # 64M scores: over SCORE_BUDGET
     assert not pa.applies(big, big, big, None, True, None)
 
 

@@ -46,10 +46,7 @@ class Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused:
             return onednn_linear.linear(x, self.weight, self.bias)
-        y = x @ self.weight.t()  # (..., in) @ (in, out) -> (..., out)
-        if self.bias is not None:
-            y = y + self.bias
-        return y
+        return onednn_linear.reference_linear(x, self.weight, self.bias)  # x @ W.T + b
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

@@ -73,9 +73,16 @@ class _OneDnnLinear(torch.autograd.Function):
         return dx, dw, db
 
 
+def reference_linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """x (..., K) @ W (N, K)^T + b, the bias added in the product's dtype: under bf16 autocast the product is
+    bf16 and so is the output, as torch's F.linear gives (an fp32 bias would promote it, and every op after it,
+    back to fp32)."""
+    y = x @ w.t()  # (..., K) @ (K, N) -> (..., N)
+    return y if b is None else y + b.to(y.dtype)
+
+
 def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     """x (..., K) @ W (N, K)^T + b: through oneDNN when `applies`, else the reference product."""
     if applies(x, w) and (b is None or b.dtype == torch.float32):
         return _OneDnnLinear.apply(x, w, b)
-    y = x @ w.t()
-    return y if b is None else y + b
+    return reference_linear(x, w, b)

@@ -33,6 +33,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from scratchlm.config import get_preset
 from scratchlm.interop.hf.config_json import config_to_hf
+from scratchlm.kernels.build import native
 from scratchlm.interop.hf.state_dict import state_to_hf
 from scratchlm.model import TransformerLM
 from scratchlm.model_stats import model_stats
@@ -58,6 +59,8 @@ def make_step(model, loss_fn, opt, dtype: str, compile_: bool = False):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
             return loss_fn(model(x), y) if model is not None else loss_fn(x, y)
 
+    if compile_:
+        native()  # load the kernels before tracing: the compiled fast paths read what native() found
     fwd = torch.compile(forward_loss) if compile_ else forward_loss
 
     def step(x, y):

@@ -170,3 +170,21 @@ def test_attention_module_under_autocast_matches_reference_impl(kernels, monkeyp
     assert float((outs["sdpa"] - outs["reference"]).abs().max()) <= 2e-2 * scale
     gscale = float(grads["reference"].abs().max())
     assert float((grads["sdpa"] - grads["reference"]).abs().max()) <= 3e-2 * gscale
+
+
+def test_compiled_attention_keeps_the_path_in_one_graph(kernels) -> None:
+    """torch.compile traces the availability checks without loading anything (native_ready) and the path's ops as
+    custom ops: one graph, no break, the eager values."""
+    import torch._dynamo
+
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(1, 4, 32, 16, generator=g).bfloat16()
+    k, v = torch.randn(1, 2, 32, 16, generator=g).bfloat16(), torch.randn(1, 2, 32, 16, generator=g).bfloat16()
+
+    def f(q, k, v):
+        assert pa.applies(q, k, v, None, True, None)
+        return pa.probs_attention(q, k, v, 0.25)
+
+    explained = torch._dynamo.explain(f)(q, k, v)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    torch.testing.assert_close(torch.compile(f)(q, k, v), f(q, k, v))

@@ -81,6 +81,10 @@ def build_lock(build_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# What native() found, for code that torch.compile traces (it must not call native(): that reads files).
+LOADED = {"kernels": False, "bf16_dot": False}
+
+
 @functools.cache
 def native() -> ModuleType | None:
     """The compiled kernel module (built on first call), or None when disabled or no compiler works."""
@@ -92,12 +96,25 @@ def native() -> ModuleType | None:
 
         name = build_name()
         with build_lock(Path(_get_build_directory(name, False))):
-            return load(name=name, sources=[str(CSRC / s) for s in SOURCES], extra_cflags=list(cflags()),
-                        extra_ldflags=["-fopenmp"], verbose=False)
+            mod = load(name=name, sources=[str(CSRC / s) for s in SOURCES], extra_cflags=list(cflags()),
+                       extra_ldflags=["-fopenmp"], verbose=False)
+        LOADED.update(kernels=True, bf16_dot=bool(mod.has_bf16_dot()))
+        return mod
     except Exception as exc:  # a missing compiler/ninja/headers: fall back to torch, say so once
         warnings.warn(f"scratchlm: native decode kernels unavailable ({type(exc).__name__}: {exc}); "
                       "using the pure-torch paths", RuntimeWarning, stacklevel=2)
         return None
+
+
+def native_ready(feature: str = "kernels") -> bool:
+    """The kernels are loaded ("kernels") / have AVX512-BF16 dot products ("bf16_dot"). Inside torch.compile's
+    tracing this reads what an earlier eager native() call found and never loads or builds (a compiled caller
+    calls native() first: train/loop.py, benchmarks/train_step.py); eagerly it loads them."""
+    import torch
+
+    if not torch.compiler.is_compiling():
+        native()
+    return LOADED[feature]
 
 
 def main() -> int:

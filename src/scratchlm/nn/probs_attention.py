@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from scratchlm.kernels.build import native
+from scratchlm.kernels.build import native, native_ready
 from scratchlm.nn.onednn_linear import mm_nt, onednn_available
 
 SCORE_BUDGET = 1 << 24  # B * H * T * T at most: 32 MB of bf16 P kept per layer for backward (T 512 at B H 64)
@@ -52,22 +52,9 @@ def _(p: torch.Tensor, dp: torch.Tensor, d: torch.Tensor, scale: float) -> torch
     return torch.empty_like(p)
 
 
-@torch.compiler.assume_constant_result
-def kernels_ready() -> bool:
-    """The native kernels are built and loaded (a constant to torch.compile: the check reads files)."""
-    return native() is not None
-
-
-@torch.compiler.assume_constant_result
-def onednn_ready() -> bool:
-    """torch has oneDNN's linear op (a constant to torch.compile)."""
-    return onednn_available()
-
-
-@torch.compiler.assume_constant_result
 def bf16_dot_ready() -> bool:
-    """The native kernels have AVX512-BF16 dot products: scores fused with the softmax (a constant to compile)."""
-    return kernels_ready() and bool(native().has_bf16_dot())
+    """The native kernels have AVX512-BF16 dot products: the scores fused with the softmax."""
+    return native_ready("bf16_dot")
 
 
 @torch.library.custom_op("scratchlm::causal_probs_bf16", mutates_args=())
@@ -101,13 +88,13 @@ def applies(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     b, h, t, _ = q.shape
     return (all(x.dtype == torch.bfloat16 and x.device.type == "cpu" for x in (q, k, v))
             and k.shape[-2] == t and k.shape[:2] == v.shape[:2] and h % k.shape[1] == 0
-            and 0 < b * h * t * t <= SCORE_BUDGET and kernels_ready())
+            and 0 < b * h * t * t <= SCORE_BUDGET and native_ready())
 
 
 def scores_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a (N, M, Hd) @ b (N, S, Hd)^T in fp32 (bf16 operands widened exactly): oneDNN per head where torch has it."""
     a, b = a.float(), b.float()
-    if not onednn_ready():
+    if not onednn_available():
         return a @ b.transpose(-1, -2)
     return torch.stack([mm_nt(a[i], b[i]) for i in range(a.shape[0])])
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from scratchlm.kernels.build import native
+from scratchlm.kernels.build import native, native_ready
 from scratchlm.nn import onednn_linear
 
 DEFAULT_CHUNK_BYTES = 32 << 20  # one fp32 logits chunk; 170 rows of a 49k vocabulary, 1024 of an 8k one
@@ -42,12 +42,6 @@ def _compute_dtype(t: torch.Tensor) -> torch.dtype:
     if torch.is_autocast_enabled(t.device.type):
         return torch.get_autocast_dtype(t.device.type)
     return t.dtype
-
-
-@torch.compiler.assume_constant_result
-def _kernels_ready() -> bool:
-    """The native kernels are built and loaded (a constant to torch.compile: the check reads files)."""
-    return native() is not None
 
 
 @torch.library.custom_op("scratchlm::cross_entropy_rows_", mutates_args=("x",))
@@ -105,7 +99,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros(w_shape, dtype=torch.float32, device=w.device) if want_grad and need_w else None
         total = torch.zeros((), dtype=torch.float32, device=h.device)
         native_rows = (fused and h.device.type == "cpu" and cd in (torch.float32, torch.bfloat16)
-                       and _kernels_ready())
+                       and native_ready())
         for s in range(0, h.shape[0], rows):
             h_c = h[s:s + rows].to(cd)  # (C, D)
             y = targets[s:s + rows]

@@ -29,6 +29,7 @@ import torch
 
 from scratchlm.config import get_preset
 from scratchlm.io_utils import atomic_write_text, claim_run_dir, release_replaced
+from scratchlm.kernels.build import native
 from scratchlm.model import TransformerLM
 from scratchlm.model_stats import model_stats
 from scratchlm.train import distributed as D
@@ -110,6 +111,8 @@ class Trainer:
         # compile=true compiles forward *and* loss as one graph: inductor fuses the (B*T, V) log-softmax
         # with the LM head's output instead of materialising fp32 logits (1.6x faster than compiling the
         # model alone in benchmarks/train_step.py)
+        if cfg.compile:
+            native()  # the fast paths read what it finds while compiled: load (or build) the kernels eagerly first
         self._train_loss = torch.compile(self._training_loss) if cfg.compile else self._training_loss
         self.tokens_per_step = self.info.world_size * cfg.grad_accum * cfg.batch_size * cfg.seq_len
         self.flops_per_token = model_stats(self.raw_model, self.raw_model.config, cfg.seq_len).flops_per_token_train

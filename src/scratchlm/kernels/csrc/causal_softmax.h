@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "softmax_exp.h"
@@ -55,15 +56,23 @@ inline void store_bf16(const float* v, float mul, uint16_t* out, int64_t n, floa
   for (; i < n; ++i) out[i] = bf16_rne(v[i] * mul - sub);
 }
 
-// e[i] *= c for i < n; returns the max of the products
-inline float scale_max(float* e, int64_t n, float c) {
+inline float load_f32(const float* x, int64_t i) { return x[i]; }
+inline float load_f32(const uint16_t* x, int64_t i) { return bf16_f32(x[i]); }
+
+// e[i] = x[i] * c in fp32 (x fp32 or bf16; e may be x itself) for i < n; returns the max of the products
+template <typename T>
+inline float widen_scale_max(const T* x, float* e, int64_t n, float c) {
   int64_t i = 0;
   float mx = -INFINITY;
 #if defined(SCRATCHLM_AVX2) || defined(SCRATCHLM_AVX512)
   const __m256 cv = _mm256_set1_ps(c);
   __m256 m8 = _mm256_set1_ps(-INFINITY);
   for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(e + i), cv);
+    __m256 v;
+    if constexpr (std::is_same_v<T, float>) v = _mm256_loadu_ps(x + i);
+    else v = _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))), 16));
+    v = _mm256_mul_ps(v, cv);
     _mm256_storeu_ps(e + i, v);
     m8 = _mm256_max_ps(m8, v);
   }
@@ -71,14 +80,14 @@ inline float scale_max(float* e, int64_t n, float c) {
   _mm256_store_ps(lanes, m8);
   for (float v : lanes) mx = std::max(mx, v);
 #endif
-  for (; i < n; ++i) e[i] *= c, mx = std::max(mx, e[i]);
+  for (; i < n; ++i) e[i] = load_f32(x, i) * c, mx = std::max(mx, e[i]);
   return mx;
 }
 
 // One row: e[0 .. n) the raw scores of its visible keys (scratch, overwritten) -> out[0 .. T) = bf16 softmax of
 // c e, zeros past n
 inline void softmax_row_bf16(float* e, int64_t n, float c, uint16_t* out, int64_t T) {
-  const float mx = scale_max(e, n, c);
+  const float mx = widen_scale_max(e, e, n, c);
   const float sum = exp_sum(e, n, mx);
   store_bf16(e, 1.0f / sum, out, n);
   std::fill(out + n, out + T, uint16_t{0});

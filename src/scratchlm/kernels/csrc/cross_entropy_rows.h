@@ -26,36 +26,11 @@
 
 namespace scratchlm {
 
-inline float load_f32(const float* x, int64_t i) { return x[i]; }
-inline float load_f32(const uint16_t* x, int64_t i) { return bf16_f32(x[i]); }
 inline void store_row(const float* v, float* out, int64_t n, float coef, float sub) {
   for (int64_t i = 0; i < n; ++i) out[i] = v[i] * coef - sub;
 }
 inline void store_row(const float* v, uint16_t* out, int64_t n, float coef, float sub) {
   store_bf16(v, coef, out, n, sub);
-}
-
-// e[i] = x[i] as fp32 for i < n; returns their max (8 lanes, then the lanes)
-template <typename T>
-inline float widen_max(const T* x, float* e, int64_t n) {
-  int64_t i = 0;
-  float mx = -INFINITY;
-#if defined(SCRATCHLM_AVX2) || defined(SCRATCHLM_AVX512)
-  __m256 m8 = _mm256_set1_ps(-INFINITY);
-  for (; i + 8 <= n; i += 8) {
-    __m256 v;
-    if constexpr (std::is_same_v<T, float>) v = _mm256_loadu_ps(x + i);
-    else v = _mm256_castsi256_ps(_mm256_slli_epi32(
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))), 16));
-    _mm256_storeu_ps(e + i, v);
-    m8 = _mm256_max_ps(m8, v);
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, m8);
-  for (float v : lanes) mx = std::max(mx, v);
-#endif
-  for (; i < n; ++i) e[i] = load_f32(x, i), mx = std::max(mx, e[i]);
-  return mx;
 }
 
 // sum of v[i], i < n, in 8 fp32 lanes (then the lanes)
@@ -84,7 +59,7 @@ void cross_entropy_rows(T* x, const int64_t* y, const bool* valid, float* loss, 
         if (want_grad) std::fill(xr, xr + V, T{0});
         continue;
       }
-      const float mx = widen_max(xr, e.data(), V);
+      const float mx = widen_scale_max(xr, e.data(), V, 1.0f);  // e = x as fp32, and its max
       const float x_y = e[y[r]];
       const float sum_x = eps != 0.f ? lane_sum(e.data(), V) : 0.f;
       const float s = exp_sum(e.data(), V, mx);  // e <- exp(x - m)

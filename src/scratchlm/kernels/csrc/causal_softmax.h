@@ -97,7 +97,16 @@ inline void softmax_row_bf16(float* e, int64_t n, float c, uint16_t* out, int64_
 // c p (dp - d), zeros past n
 inline void softmax_grad_row_bf16(const uint16_t* p, float* dp, float d, int64_t n, float c, uint16_t* out,
                                   int64_t T) {
-  for (int64_t j = 0; j < n; ++j) dp[j] = bf16_f32(p[j]) * (dp[j] - d);
+  int64_t j = 0;
+#if defined(SCRATCHLM_AVX2) || defined(SCRATCHLM_AVX512)
+  const __m256 dv = _mm256_set1_ps(d);
+  for (; j + 8 <= n; j += 8) {
+    const __m256 pv = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j))), 16));
+    _mm256_storeu_ps(dp + j, _mm256_mul_ps(pv, _mm256_sub_ps(_mm256_loadu_ps(dp + j), dv)));
+  }
+#endif
+  for (; j < n; ++j) dp[j] = bf16_f32(p[j]) * (dp[j] - d);
   store_bf16(dp, c, out, n);
   std::fill(out + n, out + T, uint16_t{0});
 }

@@ -14,8 +14,8 @@ backward in bf16, while its six products run in ~4 ms as whole bf16 / fp32 GEMMs
 are one pass each in C++ (kernels/csrc/causal_softmax.h; torch's elementwise ops took five to eight passes). On
 CPUs with AVX512-BF16 the two fp32 products (S and dP) are computed inside those passes too, by bf16 dot products
 that add exact products in fp32 (kernels/csrc/attention_scores.h): no fp32 copies of q, k, dO, v, no per-head GEMMs.
-The cost is memory: S, P, dP, dS of B H T^2 values live at once, so the path applies below SCORE_BUDGET values
-(flash attention keeps O(T) per row) — and only with the native kernels built, bf16 inputs on CPU, a causal mask
+The cost is memory: P (B H T^2 bf16 values) is kept for backward, and dS (and on the GEMM route S, dP in fp32)
+live while a layer runs, so the path applies below SCORE_BUDGET values (flash attention keeps O(T) per row) — and only with the native kernels built, bf16 inputs on CPU, a causal mask
 and nothing else (no extra mask, no soft-capping, T queries over T keys). Tested against float64 attention in
 tests/unit/test_probs_attention.py.
 """

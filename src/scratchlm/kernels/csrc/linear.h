@@ -96,9 +96,14 @@ struct Linear {
     ActRows act32, act256;  // x rounded once for the A8 row parts (per 32 / per 256 values)
     PackedX packed;         // x packed once for the parts that run block_gemm.h
     SumsX sums;             // x prepared once for the parts that run gemv_centered.h
+    Fixed24X fixed;         // ... and for those that run gemv_fixed24.h
     for (const auto& p : parts) {
       if (p.gemm(B) && packed.B == 0) packed.pack(x, B, K);
-      if (p.centered(B) && sums.K == 0) sums.prepare(x, K);
+      if (p.fixed24(B)) {
+        if (fixed.K == 0) fixed.prepare(x, K);
+      } else if (p.centered(B) && sums.K == 0) {
+        sums.prepare(x, K);
+      }
       if (!is_a8_row(p.format)) continue;
       ActRows& a = act_qk(p.format) == 256 ? act256 : act32;
       if (a.qk == 0) quantize_act_rows(x, B, K, act_qk(p.format), a);
@@ -109,7 +114,7 @@ struct Linear {
         const int64_t s = starts[i], lo = std::max(n0, s), hi = std::min(n1, s + parts[i].N);
         const ActRows* act = act_qk(parts[i].format) == 256 ? &act256 : &act32;
         if (lo < hi)
-          parts[i].range(x, y + s, B, residual ? residual + s : nullptr, lo - s, hi - s, act, &packed, &sums);
+          parts[i].range(x, y + s, B, residual ? residual + s : nullptr, lo - s, hi - s, act, &packed, &sums, &fixed);
       }
     });
   }

@@ -2,7 +2,7 @@
 //   y[b, n] = (x[b] . W[n]) * out_scale[n] + bias[n] (+ residual[b, n]); optional pointers may be null.
 // F32 / BF16 / F16 and every ggml block type: fp32 x against exactly the dequantized W (gemv.h; one batch row
 // of Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K on AVX2, Q5_K / Q6_K on AVX-512: gemv_centered.h, the same function
-// by sub-block sums).
+// by sub-block sums; one batch row of Q4_K / Q5_K / Q6_K with AVX512-VNNI: gemv_fixed24.h, x as 24-bit fixed point).
 // Q8_0_A8 / Q4_1_A8: x quantized to 8 bits per 32-block first, integer dot products (gemv_a8.h); `data`
 // then points at the repacked weights and `aux` at their fp16 scales.
 // A8_ROW + a block format: x quantized to 8 bits per block of that type, integer dot products on the ggml
@@ -18,6 +18,7 @@
 #include "block_gemm.h"
 #include "gemv.h"
 #include "gemv_centered.h"
+#include "gemv_fixed24.h"
 #include "gemv_a8.h"
 #include "gemv_a8_blocks.h"
 #include "parallel.h"
@@ -110,6 +111,14 @@ struct MatrixRef {
     return yes;
   }
 
+  // True when one batch row goes through gemv_fixed24.h (x prepared once per call as Fixed24X).
+  bool fixed24(int64_t B) const {
+    bool yes = false;
+    if (B == 1 && is_plain_blocks(format) && fixed24_enabled.load(std::memory_order_relaxed))
+      visit_blocks(format, [&](auto blk) { yes = has_fixed24<decltype(blk)>(); });
+    return yes;
+  }
+
   // True when B rows of x go through block_gemm.h (x packed once per call) rather than gemv.h's passes.
   bool gemm(int64_t B) const {
     return B >= GEMM_MIN_ROWS && is_plain_blocks(format);
@@ -121,19 +130,29 @@ struct MatrixRef {
     ActRows act;
     PackedX packed;
     SumsX sums;
+    Fixed24X fixed;
     if (is_a8_row(format)) quantize_act_rows(x, B, K, act_qk(format), act);
     if (gemm(B)) packed.pack(x, B, K);
-    if (centered(B)) sums.prepare(x, K);
+    if (fixed24(B)) fixed.prepare(x, K);
+    else if (centered(B)) sums.prepare(x, K);
     parallel_chunks(N, row_chunk(N, row_bytes()),
-                    [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, &act, &packed, &sums); });
+                    [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, &act, &packed, &sums, &fixed); });
   }
 
   // Rows [n0, n1) of y on this thread (not the interleaved A8 formats); act: x rounded for an A8 row format;
-  // packed: x packed for block_gemm.h (used when gemm(B)); sums: x prepared for gemv_centered.h (when centered(B)).
+  // packed: x packed for block_gemm.h (used when gemm(B)); sums: x prepared for gemv_centered.h (when centered(B));
+  // fixed: x prepared for gemv_fixed24.h (when fixed24(B), which goes first).
   void range(const float* x, float* y, int64_t B, const float* residual, int64_t n0, int64_t n1,
-             const ActRows* act, const PackedX* packed, const SumsX* sums) const {
+             const ActRows* act, const PackedX* packed, const SumsX* sums, const Fixed24X* fixed) const {
     const int64_t L = ldy();
     const auto* bytes = static_cast<const uint8_t*>(data);
+    if (B == 1 && fixed != nullptr && fixed->K == K && fixed24(B)) {  // prepared by the caller: the switch may move
+      visit_blocks(format, [&](auto blk) {
+        if constexpr (has_fixed24<decltype(blk)>()) fixed24_rows<decltype(blk)>(*fixed, bytes, y, n0, n1);
+      });
+      for (int64_t n = n0; n < n1; ++n) y[n] = finish(y[n], 0, n, residual);
+      return;
+    }
     if (B == 1 && sums != nullptr && sums->K == K && centered(B)) {  // prepared by the caller: the switch may move
       visit_blocks(format, [&](auto blk) {
         if constexpr (has_centered<decltype(blk)>()) centered_rows<decltype(blk)>(*sums, bytes, y, n0, n1);

@@ -231,6 +231,18 @@ torch::Tensor cross_entropy_rows_(torch::Tensor x, const torch::Tensor& y, const
 // Route one batch row of the block types through gemv_centered.h (true, the default) or gemv.h; the old value.
 bool set_centered(bool on) { return scratchlm::centered_enabled.exchange(on); }
 
+// Route one batch row of Q4_K / Q5_K / Q6_K through gemv_fixed24.h (true, the default, with AVX512-VNNI) or the
+// fp32 kernels; the old value.
+bool set_fixed24(bool on) { return scratchlm::fixed24_enabled.exchange(on); }
+
+bool has_fixed24() {
+#if defined(SCRATCHLM_FIXED24)
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -243,6 +255,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_f32", &linear_f32, nogil(), "x (B, K) fp32 @ W (N, K) fp32 ^T -> (B, N)");
   m.def("linear_bf16", &linear_bf16, nogil(), "x (B, K) fp32 @ W (N, K) bf16 ^T -> (B, N)");
   m.def("has_avx512", &has_avx512, "built with the AVX-512 inner loops");
+  m.def("set_fixed24", &set_fixed24, "one batch row of Q4_K / Q5_K / Q6_K with x as 24-bit fixed point and integer "
+        "dot products (gemv_fixed24.h, the default where built) or the fp32 kernels; returns the old value");
+  m.def("has_fixed24", &has_fixed24, "built with gemv_fixed24.h (AVX512-VNNI)");
   m.def("set_centered", &set_centered, "one batch row of the block types by sub-block sums (gemv_centered.h, "
         "default) or by widening (gemv.h); returns the previous setting (benchmarks compare the two)");
   m.def("simd", &simd, "the inner loops' instruction set: avx512, avx2 or portable");

@@ -1,0 +1,287 @@
+// One batch row (decoding) of y = x @ W^T on the K-quants Q4_K / Q5_K / Q6_K with AVX512-VNNI: x as 24-bit
+// fixed point per 32 values, every product and sum exact in integers (vpdpbusd), fp32 only after.
+//
+// x is rounded once per call (Fixed24X), per 32-value block b with a power of two 2^k_b:
+//   X_i = rne(x_i 2^k_b)  (int32),   k_b the largest k with max_b |x_i| 2^k <= 2^23 - 2^16 (FIXED24_MAX)
+// so x~_i = X_i 2^-k_b differs from x_i by at most 2^-(k_b + 1) < max_b |x| / FIXED24_MAX (~1.2e-7 of the
+// block's largest value: about the rounding of that value's own fp32 products). Each X is three int8 digits,
+// X = 65536 a2 + 256 a1 + a0 (balanced base 256: a0 the low byte read as int8, and so on).
+// A weight block holds w = s q + t (q unsigned: 0..15 / 31 / 63; s, t per sub-block: blocks.h), so
+//   x~ . W[n] = sum over sub-blocks ( s 2^-k * sum_i q_i X_i  +  t * sum_i x~_i )
+// where, per 4 consecutive values (one int32 lane of vpdpbusd), sum q X = ((q.a2 << 8) + q.a1 << 8) + q.a0:
+// three dot products and two shifts, exact: |lane| <= 4 * 63 * (128 * 65793) < 2^31 at every step. Then each lane
+// is converted to fp32 (one rounding), multiplied by its sub-block's s 2^-k (exact: d sc is exact in fp32, 2^-k
+// a power of two) and summed in fp32. The t terms use sum_i X_i 2^-k (exact integer sums, one rounding).
+// So y = F.linear(x~, dequantized W) up to fp32 rounding, and |y - F.linear(x, W)| <= sum_i |w_i| max_b |x| /
+// FIXED24_MAX more (tests/kernels/test_fixed24.py checks both against float64).
+//
+// Why: the fp32 forms (gemv.h's widening, gemv_centered512.h) spend ~5 vector ops per 16 weights and run ~20 GB/s
+// of Q4_K per Zen 5 core, under what two cores can stream; here ~2.5 ops per 16 weights: per 64 weights three
+// vpdpbusd, two shifts, one conversion, one permute of the scales, one FMA, and the quants' unpacking; the scales
+// of 4 rows are unpacked in one register. Zen 5, K 2048: Q4_K 35 vs 21 GB/s per core in cache, 49 vs 33 GB/s
+// streaming on two threads (benchmarks/RESULTS.md).
+//
+// Layout: a chunk is one 64-byte register of quants (64 values, one per byte); lanes 0-7 / 8-15 of vpdpbusd hold
+// two 32-value halves. Q4_K / Q5_K: 64 bytes of qs hold sub-blocks 4j, 4j + 2 in their low nibbles (chunk 2j) and
+// 4j + 1, 4j + 3 in their high nibbles (chunk 2j + 1): the "pair" order of x. Q6_K: 64 bytes of ql hold values
+// 128j .. 128j + 63 in their low nibbles (chunk 2j), 128j + 64 .. + 127 in the high: x in index order.
+
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "blocks.h"
+#include "simd.h"
+
+namespace scratchlm {
+
+#if defined(SCRATCHLM_AVX512) && defined(__AVX512VNNI__)
+#define SCRATCHLM_FIXED24 1
+#endif
+
+constexpr int32_t FIXED24_MAX = (1 << 23) - (1 << 16);  // |X| bound: the top digit stays in int8 (see above)
+
+// Whether one batch row of a type with a fixed24 kernel takes it (the default) or the fp32 kernels: the module's
+// set_fixed24, for tests and benchmarks that compare the two in one process.
+inline std::atomic<bool> fixed24_enabled{true};
+
+template <typename Block>
+constexpr bool has_fixed24() {
+#if defined(SCRATCHLM_FIXED24)
+  return std::is_same_v<Block, Q4_KBlock> || std::is_same_v<Block, Q5_KBlock> || std::is_same_v<Block, Q6_KBlock>;
+#else
+  return false;
+#endif
+}
+
+// x of one batch row, rounded (see above), for both chunk orders. Per 256-value super-block i:
+//   pair / index: chunk c (0..3) at (4 i + c) * 192: digits a2, a1, a0 (64 bytes each) of the chunk's 64 values
+//   k4s / k4o (16 floats): 2^-k of sub-block s in lane s; sum of x~ over sub-block s in lane 8 + s (Q4_K / Q5_K)
+//   q6s / q6o (16 floats): 2^-k of 16-value group g in lane g; -32 times its sum of x~ (Q6_K: w = d sc (q - 32))
+struct Fixed24X {
+  std::vector<int8_t> dig;
+  std::vector<float> flt;
+  int8_t *pair = nullptr, *index = nullptr;
+  float *k4s = nullptr, *k4o = nullptr, *q6s = nullptr, *q6o = nullptr;
+  int64_t K = 0;
+
+  Fixed24X() = default;
+  Fixed24X(const Fixed24X&) = delete;
+  Fixed24X& operator=(const Fixed24X&) = delete;
+
+#if defined(SCRATCHLM_FIXED24)
+  // x: K values, K a multiple of 256.
+  void prepare(const float* x, int64_t K_) {
+    K = K_;
+    const int64_t nsb = K / 256;
+    dig.resize(2 * nsb * 768 + 64);
+    flt.assign(4 * nsb * 16 + 16, 0.0f);
+    pair = dig.data() + (64 - reinterpret_cast<uintptr_t>(dig.data()) % 64) % 64;
+    index = pair + nsb * 768;
+    float* f = flt.data() + (16 - reinterpret_cast<uintptr_t>(flt.data()) / sizeof(float) % 16) % 16;
+    k4s = f, k4o = f + nsb * 16, q6s = f + 2 * nsb * 16, q6o = f + 3 * nsb * 16;
+    constexpr int RNE = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const int64_t i = b / 8, s = b % 8;
+      const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+      int k = 0;
+      float xsc = 0.0f;  // 2^-k; 0 for an all-zero block, NaN when x holds an inf or a NaN (y is NaN, as fp32's)
+      __m512i X[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+      if (!std::isfinite(amax)) {
+        xsc = std::nanf("");
+      } else if (amax > 0.0f) {
+        int e;
+        std::frexp(amax, &e);  // amax = m 2^e, m in [0.5, 1)
+        k = 23 - e;
+        if (std::ldexp(amax, k) > static_cast<float>(FIXED24_MAX)) --k;
+        const __m512 p = _mm512_set1_ps(static_cast<float>(k));
+        X[0] = _mm512_cvt_roundps_epi32(_mm512_scalef_ps(x0, p), RNE);  // x 2^k exactly, then to nearest even
+        X[1] = _mm512_cvt_roundps_epi32(_mm512_scalef_ps(x1, p), RNE);
+        xsc = std::ldexp(1.0f, -k);
+      }
+      const int pc = 2 * static_cast<int>(s / 4) + static_cast<int>(s % 2), ph = static_cast<int>(s % 4) / 2;
+      const int ic = static_cast<int>(s / 2), ih = static_cast<int>(s % 2);
+      int32_t half_sum[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i a0 = X[h];
+        const __m512i r1 = _mm512_srai_epi32(_mm512_sub_epi32(a0, _mm512_srai_epi32(_mm512_slli_epi32(a0, 24), 24)), 8);
+        const __m512i a2 = _mm512_srai_epi32(_mm512_sub_epi32(r1, _mm512_srai_epi32(_mm512_slli_epi32(r1, 24), 24)), 8);
+        const __m128i d[3] = {_mm512_cvtepi32_epi8(a2), _mm512_cvtepi32_epi8(r1), _mm512_cvtepi32_epi8(a0)};
+        for (int plane = 0; plane < 3; ++plane) {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(pair + ((4 * i + pc) * 3 + plane) * 64 + 32 * ph + 16 * h), d[plane]);
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(index + ((4 * i + ic) * 3 + plane) * 64 + 32 * ih + 16 * h), d[plane]);
+        }
+        half_sum[h] = _mm512_reduce_add_epi32(a0);  // |sum| <= 16 * 2^23: exact
+      }
+      k4s[16 * i + s] = xsc;
+      k4o[16 * i + 8 + s] = xsc * static_cast<float>(half_sum[0] + half_sum[1]);
+      for (int h = 0; h < 2; ++h) {
+        q6s[16 * i + 2 * s + h] = xsc;
+        q6o[16 * i + 2 * s + h] = -32.0f * (xsc * static_cast<float>(half_sum[h]));
+      }
+    }
+  }
+#else
+  void prepare(const float*, int64_t K_) { K = K_; }
+#endif
+};
+
+#if defined(SCRATCHLM_FIXED24)
+inline __m512i f24_bytes(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
+// (a & b) | c per bit (vpternlog)
+constexpr int F24_AND_OR = 0xea;
+
+// the 4-value dot products of a chunk's quants q with X: exact int32 lanes (see the header)
+inline __m512i f24_dot(__m512i q, const int8_t* d) {
+  __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, _mm512_load_si512(d));
+  acc = _mm512_dpbusd_epi32(_mm512_slli_epi32(acc, 8), q, _mm512_load_si512(d + 64));
+  return _mm512_dpbusd_epi32(_mm512_slli_epi32(acc, 8), q, _mm512_load_si512(d + 128));
+}
+
+// Q4_K / Q5_K: the scales of 4 blocks (rows) at once, as k4_unpack: v[r] lanes 0-7 d sc_j, lanes 8-15 -(dmin m_j)
+inline void k4_scales_x4(const uint8_t* const* p, __m512* v) {
+  __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p[0])));
+  z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[1])), 1);
+  z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[2])), 2);
+  z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[3])), 3);
+  // per 16 bytes [d dmin | u0 | u1 | u2]: scales 0-3 = u0 & 0x3f.., 4-7 = (u2 & 0x0f..) | (u0 >> 6 & 3..) << 4,
+  // mins 0-3 = u1 & 0x3f.., mins 4-7 = (u2 >> 4 & 0x0f..) | (u1 >> 6 & 3..) << 4
+  const __m512i a = _mm512_shuffle_epi32(z, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(3, 2, 3, 1)));  // u0 u2 u1 u2
+  const __m512i b = _mm512_shuffle_epi32(z, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 2, 1, 1)));  // .. u0 .. u1
+  const __m512i low = _mm512_and_si512(_mm512_srlv_epi32(a, _mm512_set4_epi32(4, 0, 0, 0)),
+                                       _mm512_set4_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
+  const __m512i t = _mm512_ternarylogic_epi32(_mm512_srli_epi32(b, 2), _mm512_set4_epi32(0x30303030, 0, 0x30303030, 0),
+                                              low, F24_AND_OR);
+  const __m128i dm = _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), z));
+  const __m512 ds = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(dm), _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1)));
+  const __m128i parts[4] = {_mm512_castsi512_si128(t), _mm512_extracti32x4_epi32(t, 1), _mm512_extracti32x4_epi32(t, 2),
+                            _mm512_extracti32x4_epi32(t, 3)};
+  for (int r = 0; r < 4; ++r) {
+    const __m512 d = _mm512_permutexvar_ps(_mm512_setr_epi32(2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r + 1,
+                                                             2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1), ds);
+    v[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(parts[r])), d);
+  }
+}
+
+// Per type: PAIR (x in pair order), scales(p, v) for 4 rows, quants(p, j, q): chunks 2j, 2j + 1 of the block at p
+// as unsigned bytes, and IDX[c]: the scale lane of each int32 lane of chunk c.
+template <typename Block>
+struct Fixed24;
+
+#define SCRATCHLM_F24_SUB(a, b) a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b
+alignas(64) inline constexpr int32_t F24_K4_IDX[4][16] = {
+    {SCRATCHLM_F24_SUB(0, 2)}, {SCRATCHLM_F24_SUB(1, 3)}, {SCRATCHLM_F24_SUB(4, 6)}, {SCRATCHLM_F24_SUB(5, 7)}};
+#undef SCRATCHLM_F24_SUB
+#define SCRATCHLM_F24_GROUPS(c) 4 * c, 4 * c, 4 * c, 4 * c, 4 * c + 1, 4 * c + 1, 4 * c + 1, 4 * c + 1, \
+    4 * c + 2, 4 * c + 2, 4 * c + 2, 4 * c + 2, 4 * c + 3, 4 * c + 3, 4 * c + 3, 4 * c + 3
+alignas(64) inline constexpr int32_t F24_Q6_IDX[4][16] = {
+    {SCRATCHLM_F24_GROUPS(0)}, {SCRATCHLM_F24_GROUPS(1)}, {SCRATCHLM_F24_GROUPS(2)}, {SCRATCHLM_F24_GROUPS(3)}};
+#undef SCRATCHLM_F24_GROUPS
+
+template <>
+struct Fixed24<Q4_KBlock> {  // [d][dmin][scales 12][qs 128]
+  static constexpr bool PAIR = true;
+  static constexpr const int32_t (*IDX)[16] = F24_K4_IDX;
+  static void scales(const uint8_t* const* p, __m512* v) { k4_scales_x4(p, v); }
+  static void quants(const uint8_t* p, int j, __m512i* q) {
+    const __m512i z = _mm512_loadu_si512(p + 16 + 64 * j), m = f24_bytes(0x0f);
+    q[0] = _mm512_and_si512(z, m), q[1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m);
+  }
+};
+
+template <>
+struct Fixed24<Q5_KBlock> {  // [d][dmin][scales 12][qh 32][qs 128]: as Q4_K, q | (bit s of qh[l]) << 4, s the sub-block
+  static constexpr bool PAIR = true;
+  static constexpr const int32_t (*IDX)[16] = F24_K4_IDX;
+  static void scales(const uint8_t* const* p, __m512* v) { k4_scales_x4(p, v); }
+  static void quants(const uint8_t* p, int j, __m512i* q) {
+    const __m512i z = _mm512_loadu_si512(p + 48 + 64 * j), m = f24_bytes(0x0f), bit = f24_bytes(0x10);
+    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+    // bit s to bit 4 of each byte: rotate each 64-bit lane left by 4 - s (mod 64), the bit stays in its byte
+    const int s0 = 4 * j, r0 = (68 - s0) % 64, r2 = (64 + 4 - s0 - 2) % 64, r1 = (64 + 4 - s0 - 1) % 64,
+              r3 = (64 + 4 - s0 - 3) % 64;
+    const __m512i h0 = _mm512_and_si512(_mm512_rolv_epi64(h, _mm512_setr_epi64(r0, r0, r0, r0, r2, r2, r2, r2)), bit);
+    const __m512i h1 = _mm512_and_si512(_mm512_rolv_epi64(h, _mm512_setr_epi64(r1, r1, r1, r1, r3, r3, r3, r3)), bit);
+    q[0] = _mm512_ternarylogic_epi32(z, m, h0, F24_AND_OR);
+    q[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 4), m, h1, F24_AND_OR);
+  }
+};
+
+template <>
+struct Fixed24<Q6_KBlock> {  // [ql 128][qh 64][scales 16 x int8][d]: w = d sc_g (q - 32), 16-value groups g
+  static constexpr bool PAIR = false;
+  static constexpr const int32_t (*IDX)[16] = F24_Q6_IDX;
+  static void scales(const uint8_t* const* p, __m512* v) {
+    for (int r = 0; r < 4; ++r)
+      v[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p[r] + 192)))),
+                           _mm512_set1_ps(fp16_to_f32(p[r] + 208)));
+  }
+  static void quants(const uint8_t* p, int j, __m512i* q) {
+    const __m512i z = _mm512_loadu_si512(p + 64 * j), m = f24_bytes(0x0f), two = f24_bytes(0x30);
+    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * j)));
+    // values 128j + l (+ 32): qh bits 0-1 (2-3) to bits 4-5; + 64 (+ 96): bits 4-5 (6-7)
+    const __m512i h0 = _mm512_and_si512(_mm512_rolv_epi64(h, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2)), two);
+    const __m512i h1 = _mm512_and_si512(_mm512_rolv_epi64(h, _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62)), two);
+    q[0] = _mm512_ternarylogic_epi32(z, m, h0, F24_AND_OR);
+    q[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 4), m, h1, F24_AND_OR);
+  }
+};
+
+// y[n .. n + 4) (rows past n_end - 1 repeat the last row and are not written) for one batch row.
+template <typename Block>
+inline void fixed24_tile(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n, int64_t n_end, int64_t row_bytes) {
+  using F = Fixed24<Block>;
+  constexpr int NR = 4;
+  const int8_t* dig = F::PAIR ? xf.pair : xf.index;
+  const float* xs = F::PAIR ? xf.k4s : xf.q6s;
+  const float* xo = F::PAIR ? xf.k4o : xf.q6o;
+  const uint8_t* row[NR];
+  for (int r = 0; r < NR; ++r) row[r] = w + std::min(n + r, n_end - 1) * row_bytes;
+  __m512 tot[NR][2], off[NR];
+  for (int r = 0; r < NR; ++r) tot[r][0] = tot[r][1] = off[r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < xf.K / 256; ++i) {
+    const uint8_t* blk[NR];
+    for (int r = 0; r < NR; ++r) {
+      blk[r] = row[r] + i * Block::BYTES;
+      for (int64_t o = 0; o < Block::BYTES; o += 64) prefetch(blk[r] + 2 * NR * row_bytes + o);  // the tile after next
+    }
+    __m512 sv[NR];
+    F::scales(blk, sv);
+    const __m512 s = _mm512_load_ps(xs + 16 * i), o = _mm512_load_ps(xo + 16 * i);
+    for (int r = 0; r < NR; ++r) off[r] = _mm512_fmadd_ps(sv[r], o, off[r]), sv[r] = _mm512_mul_ps(sv[r], s);
+    const int8_t* d = dig + i * 768;
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; ++j) {
+      for (int r = 0; r < NR; ++r) {
+        __m512i q[2];
+        F::quants(blk[r], j, q);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const int c = 2 * j + h;
+          const __m512 lanes = _mm512_cvtepi32_ps(f24_dot(q[h], d + c * 192));
+          tot[r][h] = _mm512_fmadd_ps(lanes, _mm512_permutexvar_ps(_mm512_load_si512(F::IDX[c]), sv[r]), tot[r][h]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < NR && n + r < n_end; ++r)
+    y[n + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(tot[r][0], tot[r][1]), off[r]));
+}
+
+template <typename Block>
+void fixed24_rows(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
+  const int64_t row_bytes = (xf.K / Block::QK) * Block::BYTES;
+  for (int64_t n = n0; n < n1; n += 4) fixed24_tile<Block>(xf, w, y, n, n1, row_bytes);
+}
+#else
+template <typename Block>
+void fixed24_rows(const Fixed24X&, const uint8_t*, float*, int64_t, int64_t) {}
+#endif
+
+}  // namespace scratchlm

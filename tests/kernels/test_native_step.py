@@ -55,7 +55,9 @@ def model(**kw) -> TransformerLM:
     return m
 
 
-def compare(m: TransformerLM, quant: str | None, b: int = 2, padded: bool = False) -> None:
+def compare(m: TransformerLM, quant: str | None, b: int = 2, padded: bool = False, rel: float = 0.0) -> None:
+    """rel > 0: logits within rel * max |logit| (besides rtol 2e-5): gemv_fixed24.h's rounding of x moves by a step
+    where the two steps' x differ by an ulp (tests/kernels/test_fixed24.py bounds it against float64)."""
     fast, ref = FastDecoder(m, quant=quant), FastDecoder(m, quant=quant)
     assert fast.native is not None
     ref.native = None
@@ -73,7 +75,7 @@ def compare(m: TransformerLM, quant: str | None, b: int = 2, padded: bool = Fals
             key_mask = mask[:, : s + 1] if padded else None
             want = ref.step(tok, pos, key_mask, caches[0])
             got = fast.step(tok, pos, key_mask, caches[1])
-            torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+            torch.testing.assert_close(got, want, rtol=2e-5, atol=max(2e-5, rel * float(want.abs().max())))
             tok = want.argmax(-1)
     # fp32 summation order differs between the C++ kernels (AVX2 or AVX-512 lanes) and torch's, and the
     # difference grows over the layers and steps that wrote the cache: a few ulps of values ~0.05-1

@@ -1,0 +1,91 @@
+"""One batch row of Q4_K / Q5_K / Q6_K through gemv_fixed24.h (AVX512-VNNI builds): x as 24-bit fixed point
+per 32 values, integer dot products.
+
+Checked against float64 on the dequantized matrix (quant/dequantize.py), with x rounded by a torch model written
+here from the method's definition (not from the kernel's code):
+  X = round_half_even(x 2^k) per 32-value block, k the largest with max |x| 2^k <= 2^23 - 2^16
+- the kernel equals float64 x~ @ W^T (x~ = X 2^-k) within the fp32 summation bound of the other kernel tests;
+- against the unrounded x it stays within that bound plus the rounding's own: sum_i |w_i| max_b |x| / (2^23 - 2^16);
+- blocks of zeros, tiny (subnormal) and huge values, outlier channels; inf in x gives a non-finite y as fp32 does;
+- the switch (set_fixed24) restores the fp32 kernels, whose results match float64 the same way.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scratchlm.kernels import ops
+from scratchlm.kernels.build import native
+from scratchlm.quant.dequantize import dequantize_blocks
+from tests.kernels.test_block_types import llama_cpp_blocks, random_blocks, tol
+
+TYPES = ["Q4_K", "Q5_K", "Q6_K"]
+FIXED_MAX = 2**23 - 2**16
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    mod = native()
+    if mod is None or not mod.has_fixed24():
+        pytest.skip("gemv_fixed24.h needs the compiled kernels on an AVX512-VNNI CPU")
+    return mod
+
+
+def rounded(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x~, per-value max |x| of its 32-block) in float64, x (K,) fp32."""
+    blocks = x.double().reshape(-1, 32)
+    amax = blocks.abs().amax(dim=1, keepdim=True)
+    _, e = torch.frexp(amax)  # amax = m 2^e, m in [0.5, 1)
+    k = (23 - e).double()
+    k = torch.where(amax * 2.0**k > FIXED_MAX, k - 1, k)
+    xr = torch.where(amax > 0, torch.round(blocks * 2.0**k) * 2.0**-k, torch.zeros_like(blocks))
+    return xr.reshape(-1), amax.expand_as(blocks).reshape(-1)
+
+
+def activations(k: int, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    plain = torch.randn(k, generator=g)
+    outliers = plain.clone()
+    outliers[::97] *= 1000.0  # a few channels far above the rest, as LLM activations have
+    mixed = torch.randn(k, generator=g)
+    mixed[:32] = 0.0  # a block of zeros
+    mixed[32:64] *= 1e-39  # subnormal values
+    mixed[64:96] *= 1e20  # large (products stay finite in fp32 against the random blocks up to ~3e8)
+    return [plain, outliers, mixed]
+
+
+@pytest.mark.parametrize("source", ["random", "llama.cpp"])
+@pytest.mark.parametrize("type_name", TYPES)
+def test_fixed24_equals_rounded_x_in_float64(kernels, type_name: str, source: str) -> None:
+    maker = random_blocks if source == "random" else llama_cpp_blocks
+    for n, k in ((13, 512), (37, 2048)):  # row tiles of 4 and a remainder; one and eight super-blocks
+        blocks = maker(type_name, n, k, seed=3)
+        w = dequantize_blocks(blocks).double()
+        for x in activations(k, seed=n):
+            got = ops.linear_blocks(kernels, x[None], blocks)[0].double()
+            xr, amax = rounded(x)
+            err = float((got - w @ xr).abs().max())
+            assert err <= tol(xr[None].float(), w.float()), (type_name, err)
+            # against the unrounded x: plus the rounding's bound
+            bound = float((w.abs() @ amax).max()) / FIXED_MAX + tol(x[None], w.float())
+            assert float((got - w @ x.double()).abs().max()) <= bound
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_fixed24_switch_and_non_finite_x(kernels, type_name: str) -> None:
+    blocks = llama_cpp_blocks(type_name, 13, 512, seed=4)
+    w = dequantize_blocks(blocks).double()
+    x = torch.randn(1, 512, generator=torch.Generator().manual_seed(5))
+    before = kernels.set_fixed24(False)
+    assert before is True  # the default where built; restored below
+    try:
+        off = ops.linear_blocks(kernels, x, blocks)  # the fp32 kernels (gemv_centered512.h / gemv.h)
+    finally:
+        kernels.set_fixed24(True)
+    on = ops.linear_blocks(kernels, x, blocks)
+    ref = x.double() @ w.T
+    assert float((off.double() - ref).abs().max()) <= tol(x, w.float())
+    assert not torch.equal(on, off)  # the switch changes the route (different roundings)
+    x[0, 40] = float("inf")
+    assert not bool(torch.isfinite(ops.linear_blocks(kernels, x, blocks)).any())

@@ -96,6 +96,19 @@ struct MatrixRef {
     return K / qk * bytes;
   }
 
+  // finish on y[b, n0 .. n1) in place: one loop per factor present (vectorized; none when there is none)
+  void finish_row(float* y, int64_t b, int64_t n0, int64_t n1, const float* residual) const {
+    float* yb = y + b * ldy();
+    if (out_scale)
+      for (int64_t n = n0; n < n1; ++n) yb[n] *= out_scale[n];
+    if (bias)
+      for (int64_t n = n0; n < n1; ++n) yb[n] += bias[n];
+    if (residual) {
+      const float* rb = residual + b * ldy();
+      for (int64_t n = n0; n < n1; ++n) yb[n] += rb[n];
+    }
+  }
+
   float finish(float v, int64_t b, int64_t n, const float* residual) const {
     if (out_scale) v *= out_scale[n];
     if (bias) v += bias[n];
@@ -150,20 +163,20 @@ struct MatrixRef {
       visit_blocks(format, [&](auto blk) {
         if constexpr (has_fixed24<decltype(blk)>()) fixed24_rows<decltype(blk)>(*fixed, bytes, y, n0, n1);
       });
-      for (int64_t n = n0; n < n1; ++n) y[n] = finish(y[n], 0, n, residual);
+      finish_row(y, 0, n0, n1, residual);
       return;
     }
     if (B == 1 && sums != nullptr && sums->K == K && centered(B)) {  // prepared by the caller: the switch may move
       visit_blocks(format, [&](auto blk) {
         if constexpr (has_centered<decltype(blk)>()) centered_rows<decltype(blk)>(*sums, bytes, y, n0, n1);
       });
-      for (int64_t n = n0; n < n1; ++n) y[n] = finish(y[n], 0, n, residual);
+      finish_row(y, 0, n0, n1, residual);
       return;
     }
     if (gemm(B)) {
       visit_blocks(format, [&](auto blk) { gemm_block_rows<decltype(blk)>(*packed, bytes, y, L, n0, n1); });
       for (int64_t b = 0; b < B; ++b)
-        for (int64_t n = n0; n < n1; ++n) y[b * L + n] = finish(y[b * L + n], b, n, residual);
+        finish_row(y, b, n0, n1, residual);
       return;
     }
     const int64_t tile = is_plain_blocks(format) ? BLOCK_BATCH_TILE : BATCH_TILE;  // batch rows per weight pass
@@ -175,7 +188,7 @@ struct MatrixRef {
         rows(x, y, b0, nb, n0, n1);
       }
       for (int64_t b = b0; b < b0 + nb; ++b)
-        for (int64_t n = n0; n < n1; ++n) y[b * L + n] = finish(y[b * L + n], b, n, residual);
+        finish_row(y, b, n0, n1, residual);
     }
   }
 

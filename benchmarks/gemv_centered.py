@@ -1,16 +1,19 @@
-"""b1 decode with the centered sub-block-sum kernels (kernels/csrc/gemv_centered.h) on and off, and llama.cpp, in
-one process on the same GGUF file.
+"""b1 decode through each one-row kernel route — gemv_fixed24.h (24-bit fixed-point x, integer dot products;
+AVX512-VNNI), the centered sub-block sums (gemv_centered*.h), gemv.h's widening — and llama.cpp, in one process on
+the same GGUF file.
 
 `python benchmarks/gemv_centered.py [--only NAME] [--rounds 8] [--steps 32]`
 
 The VM this project is measured on swings by 20-40% over minutes, more than the change measured here, so the
-three engines run in one process, alternating blocks of --steps decode steps (2 threads each; a wait for a
-quiet machine before each round): scratchlm `fast-gguf` with gemv_centered.h (the default), the same model with
-`set_centered(False)` (gemv.h's widening for every type), and llama.cpp (llama-cpp-python) on the same file.
-Every engine decodes token 1000 after a 16-token prompt, so all three run the same shapes. The files are
+engines run in one process, alternating blocks of --steps decode steps (2 threads each; a wait for a quiet
+machine before each round): scratchlm `fast-gguf` as it runs by default (`fixed24`: gemv_fixed24.h for Q4_K / Q5_K /
+Q6_K where built, the centered sums for the rest), the same model with `set_fixed24(False)` (`centered`) and with
+`set_centered(False)` too (`widened`: gemv.h for every type), and llama.cpp (llama-cpp-python) on the same file.
+Every engine decodes token 1000 after a 16-token prompt, so all run the same shapes. The files are
 gguf_decode.py's (SmolLM2 re-quantized by llama.cpp, the shipped Q4_1, the random 1B / 3B Llama Q4_K_M: made
 there when missing). Prints one JSON object last: per file tok/s of each engine (steps / total time) and the
-per-round ratios centered / widened and centered / llama.cpp.
+per-round ratios fixed24 / centered, centered / widened and fixed24 / llama.cpp (`has_fixed24`: false where
+the build has no gemv_fixed24.h, and then fixed24 runs what centered runs).
 """
 
 from __future__ import annotations
@@ -45,16 +48,18 @@ def measure(path: Path, rounds: int, steps: int, quiet: dict, quiet_timeout: flo
     model = load_gguf(path, attn_impl="sdpa")
     step = make_decode_step(model, resolve_decode(model, "fast-gguf"))
     mod = native()
-    times = {"centered": 0.0, "widened": 0.0, "llamacpp": 0.0}
+    ours_names = ("fixed24", "centered", "widened")
+    times = {k: 0.0 for k in (*ours_names, "llamacpp")}
     per_round = []
     try:
         with torch.inference_mode():
-            caches = {k: model.new_kv_cache(1, max_seq_len=length) for k in ("centered", "widened")}
+            caches = {k: model.new_kv_cache(1, max_seq_len=length) for k in ours_names}
             for cache in caches.values():
                 prefill(model, torch.tensor([prompt]), torch.arange(len(prompt))[None], None, cache)
 
             def ours(name: str) -> float:
-                mod.set_centered(name == "centered")
+                mod.set_fixed24(name == "fixed24")
+                mod.set_centered(name != "widened")
                 cache = caches[name]
                 t0 = time.perf_counter()
                 for _ in range(steps):
@@ -67,20 +72,25 @@ def measure(path: Path, rounds: int, steps: int, quiet: dict, quiet_timeout: flo
                     llm.eval([token])
                 return time.perf_counter() - t0
 
-            ours("centered"), ours("widened"), theirs()  # warm-up: first-call costs, pages of the file
+            for name in ours_names:  # warm-up: first-call costs, pages of the file
+                ours(name)
+            theirs()
             for _ in range(rounds):
                 wait_quiet(timeout_s=quiet_timeout, stats=quiet)
-                r = {"centered": ours("centered"), "widened": ours("widened"), "llamacpp": theirs()}
+                r = {name: ours(name) for name in ours_names}
+                r["llamacpp"] = theirs()
                 for k, v in r.items():
                     times[k] += v
                 per_round.append(r)
     finally:
         mod.set_centered(True)
+        mod.set_fixed24(True)
         llm.close()
     return {"tok_s": {k: round(rounds * steps / v, 2) for k, v in times.items()},
+            "fixed24_over_centered": [round(r["centered"] / r["fixed24"], 3) for r in per_round],
             "centered_over_widened": [round(r["widened"] / r["centered"], 3) for r in per_round],
-            "centered_over_llamacpp": [round(r["llamacpp"] / r["centered"], 3) for r in per_round],
-            "types": file_types(path)}
+            "fixed24_over_llamacpp": [round(r["llamacpp"] / r["fixed24"], 3) for r in per_round],
+            "has_fixed24": bool(mod.has_fixed24()), "types": file_types(path)}
 
 
 def main() -> None:

@@ -110,6 +110,20 @@ def test_a8_row_kernels_equal_the_definition(kernels, type_name: str, source: st
         assert float((exact - got).abs().max()) > 100 * tol
 
 
+@pytest.mark.parametrize("source", sorted(SOURCES))
+@pytest.mark.parametrize("type_name", BLOCK_TYPES)
+def test_a8_prompt_gemm_equals_the_definition(kernels, type_name: str, source: str) -> None:
+    """Prompt-sized B (past one pass of the row kernels): kernels/csrc/a8_gemm.h's int8 GEMM where built with VNNI
+    (16-token tiles, 8-row micro-kernels: 9, 16 and 40 rows cover a partial tile, a whole one and a remainder)."""
+    blocks = SOURCES[source](type_name, 37, width(type_name), seed=4)
+    for b in (9, 16, 40):
+        x = activations(b, blocks.shape[1], seed=b)
+        got = ops.linear_blocks(kernels, x, blocks, a8=True)
+        want, tol = reference(x, blocks)
+        err = float((got - want).abs().max())
+        assert err <= tol, (b, err, tol)
+
+
 @pytest.mark.parametrize("native_on", [True, False])
 def test_packed_linear_gguf_a8_over_mixed_parts(monkeypatch, native_on: bool) -> None:
     """Each part: its rounding of x * in_scale, its blocks; dense parts exact; out_scale, bias after."""
@@ -205,17 +219,17 @@ def test_gguf_a8_decoder_is_the_a8_model(one_torch_thread) -> None:
 
 
 def test_engine_mode_fast_gguf_a8_steps_the_a8_model(one_torch_thread) -> None:
-    """decode="fast-gguf-a8" (the CLI's mode name): the prompt through the model itself, then every step the
-    A8 model's (a8_reference_model): the same greedy tokens."""
+    """decode="fast-gguf-a8" (the CLI's mode name): the prompt (a short one: the C++ chunk) and every step the A8
+    model's (a8_reference_model): the same greedy tokens."""
     from scratchlm.generate import generate
 
     m = gguf_model()
     ref = a8_reference_model(m)
-    prompt = PROMPTS[0]
+    prompt = PROMPTS[0] * 3  # 21 tokens: past one pass of the row kernels (the int8 GEMM where built)
     got = generate(m, [prompt], 8, decode="fast-gguf-a8")[0]
     cache = m.new_kv_cache(1, 32)
     with torch.no_grad():
-        tok = m(torch.tensor([prompt]), kv_cache=cache)[:, -1].argmax(-1)
+        tok = ref(torch.tensor([prompt]), kv_cache=cache)[:, -1].argmax(-1)
         want = [int(tok)]
         for s in range(len(prompt), len(prompt) + 7):
             tok = ref(tok[:, None], torch.full((1, 1), s), kv_cache=cache)[:, -1].argmax(-1)

@@ -127,12 +127,13 @@ def native_decoder(model: TransformerLM, mode: str) -> FastDecoder | None:
 
 
 def chunk_decoder(model: TransformerLM, mode: str) -> FastDecoder | None:
-    """The FastDecoder of an exact decode `mode` when its whole step runs in C++ (it then also runs a few prompt
-    tokens per call: FastDecoder.chunk), else None; the same packed object the mode's decode step uses (no
-    copy). Approximate modes (bf16, int8, A8, re-quantized blocks) get None: their prompt runs through the
-    model's own weights."""
+    """The FastDecoder of an exact decode `mode`, or of fast-gguf-a8, when its whole step runs in C++ (it then also
+    runs a few prompt tokens per call: FastDecoder.chunk), else None; the same packed object the mode's decode
+    step uses (no copy). fast-gguf-a8 is llama.cpp's arithmetic for the prompt too (x rounded to 8 bits per block,
+    an int8 GEMM: kernels/csrc/a8_gemm.h). The other approximate modes (bf16, int8, the Q8_0 / Q4_1 A8 forms,
+    re-quantized blocks) get None: their prompt runs through the model's own weights."""
     mode = resolve_decode(model, mode) if mode in DECODE_MODES else mode
-    return native_decoder(model, mode) if mode in EXACT_FAST_MODES else None
+    return native_decoder(model, mode) if mode in (*EXACT_FAST_MODES, "fast-gguf-a8") else None
 
 
 def make_decode_step(model: TransformerLM, mode: str = "model", batch_size: int | None = None) -> DecodeStep:

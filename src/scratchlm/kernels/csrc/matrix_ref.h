@@ -6,7 +6,7 @@
 // Q8_0_A8 / Q4_1_A8: x quantized to 8 bits per 32-block first, integer dot products (gemv_a8.h); `data`
 // then points at the repacked weights and `aux` at their fp16 scales.
 // A8_ROW + a block format: x quantized to 8 bits per block of that type, integer dot products on the ggml
-// blocks in place (gemv_a8_blocks.h).
+// blocks in place (gemv_a8_blocks.h; past one pass of rows, with VNNI, an int8 GEMM: a8_gemm.h).
 // Rows (groups of 16 rows for the A8 formats) are split over torch's intra-op threads in chunks taken as the
 // threads come for them (parallel.h).
 
@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "a8_gemm.h"
 #include "block_gemm.h"
 #include "gemv.h"
 #include "gemv_centered.h"
@@ -132,6 +133,9 @@ struct MatrixRef {
     return yes;
   }
 
+  // True when B rows of an A8 row format go through a8_gemm.h (x rounded, then packed once per call).
+  bool a8_gemm(int64_t B) const { return B >= GEMM_MIN_ROWS && is_a8_row(format) && has_a8_gemm(); }
+
   // True when B rows of x go through block_gemm.h (x packed once per call) rather than gemv.h's passes.
   bool gemm(int64_t B) const {
     return B >= GEMM_MIN_ROWS && is_plain_blocks(format);
@@ -144,19 +148,23 @@ struct MatrixRef {
     PackedX packed;
     SumsX sums;
     Fixed24X fixed;
+    PackedA8 a8;
     if (is_a8_row(format)) quantize_act_rows(x, B, K, act_qk(format), act);
+    if (a8_gemm(B)) a8.pack(act);
     if (gemm(B)) packed.pack(x, B, K);
     if (fixed24(B)) fixed.prepare(x, K);
     else if (centered(B)) sums.prepare(x, K);
     parallel_chunks(N, row_chunk(N, row_bytes()),
-                    [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, &act, &packed, &sums, &fixed); });
+                    [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, &act, &packed, &sums, &fixed, &a8); });
   }
 
   // Rows [n0, n1) of y on this thread (not the interleaved A8 formats); act: x rounded for an A8 row format;
   // packed: x packed for block_gemm.h (used when gemm(B)); sums: x prepared for gemv_centered.h (when centered(B));
-  // fixed: x prepared for gemv_fixed24.h (when fixed24(B), which goes first).
+  // fixed: x prepared for gemv_fixed24.h (when fixed24(B), which goes first); a8: act packed for a8_gemm.h (when
+  // a8_gemm(B)).
   void range(const float* x, float* y, int64_t B, const float* residual, int64_t n0, int64_t n1,
-             const ActRows* act, const PackedX* packed, const SumsX* sums, const Fixed24X* fixed) const {
+             const ActRows* act, const PackedX* packed, const SumsX* sums, const Fixed24X* fixed,
+             const PackedA8* a8) const {
     const int64_t L = ldy();
     const auto* bytes = static_cast<const uint8_t*>(data);
     if (B == 1 && fixed != nullptr && fixed->K == K && fixed24(B)) {  // prepared by the caller: the switch may move
@@ -173,6 +181,13 @@ struct MatrixRef {
       finish_row(y, 0, n0, n1, residual);
       return;
     }
+#if defined(SCRATCHLM_VNNI)
+    if (a8_gemm(B) && a8 != nullptr && a8->B == B) {
+      visit_blocks(format, [&](auto blk) { a8_gemm_rows<decltype(blk)>(*a8, bytes, y, L, n0, n1); });
+      for (int64_t b = 0; b < B; ++b) finish_row(y, b, n0, n1, residual);
+      return;
+    }
+#endif
     if (gemm(B)) {
       visit_blocks(format, [&](auto blk) { gemm_block_rows<decltype(blk)>(*packed, bytes, y, L, n0, n1); });
       for (int64_t b = 0; b < B; ++b)

@@ -71,6 +71,7 @@ struct B16 {
 inline B16 load_b16(const uint8_t* p) {
   return {_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))};
 }
+inline void store_b16(uint8_t* p, B16 b) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(b.v)); }
 inline B16 shr_and(B16 b, int n, uint8_t mask) {
   return {_mm256_and_si256(n ? _mm256_srli_epi16(b.v, n) : b.v, _mm256_set1_epi8(static_cast<char>(mask)))};
 }
@@ -89,6 +90,7 @@ struct B16 {
   __m128i v;
 };
 inline B16 load_b16(const uint8_t* p) { return {_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))}; }
+inline void store_b16(uint8_t* p, B16 b) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), b.v); }
 // (b >> n) & mask per byte; mask must fit in 8 - n bits (a 16-bit shift then drops the neighbour's bits)
 inline B16 shr_and(B16 b, int n, uint8_t mask) {
   return {_mm_and_si128(n ? _mm_srli_epi16(b.v, n) : b.v, _mm_set1_epi8(static_cast<char>(mask)))};
@@ -117,6 +119,7 @@ inline B16 load_b16(const uint8_t* p) {
   std::memcpy(b.v, p, 16);
   return b;
 }
+inline void store_b16(uint8_t* p, B16 b) { std::memcpy(p, b.v, 16); }
 inline B16 shr_and(B16 b, int n, uint8_t mask) {
   for (auto& x : b.v) x = static_cast<uint8_t>((x >> n) & mask);
   return b;

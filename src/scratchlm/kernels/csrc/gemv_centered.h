@@ -286,6 +286,10 @@ template <typename Block>
 void centered_rows(const SumsX& sx, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
   centered512_rows<Block>(sx.xp, sx.xs.data(), sx.K, w, y, n0, n1);
 }
+#else
+// no centered kernel on this target (has_centered is false): a declaration for matrix_ref.h's dispatch to name
+template <typename Block>
+void centered_rows(const SumsX&, const uint8_t*, float*, int64_t, int64_t) {}
 #endif
 
 }  // namespace scratchlm

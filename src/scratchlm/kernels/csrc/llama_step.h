@@ -30,6 +30,7 @@
 #include <optional>
 #include <vector>
 
+#include "gate_activation.h"
 #include "kv_attention.h"
 #include "linear.h"
 
@@ -54,14 +55,6 @@ struct LayerSpec {
 };
 
 constexpr int64_t ROPE_GLOBAL = 0, ROPE_LOCAL = 1, ROPE_NONE = -1;
-constexpr int64_t ACT_SILU = 0, ACT_GELU = 1, ACT_GELU_TANH = 2;
-
-inline float activation(float g, int64_t act) {
-  if (act == ACT_SILU) return g / (1.0f + std::exp(-g));
-  if (act == ACT_GELU) return 0.5f * g * (1.0f + std::erf(g * 0.70710678118654752f));
-  const float k = 0.79788456080286536f;  // sqrt(2 / pi)
-  return 0.5f * g * (1.0f + std::tanh(k * (g + 0.044715f * g * g * g)));
-}
 
 struct LlamaStep {
   torch::Tensor embed, cos, sin;  // embed (V, D) fp32, or (V, row bytes) uint8 in embed_format; cos, sin (T_max, P):
@@ -313,8 +306,7 @@ struct LlamaStep {
       const int64_t F2 = lay[2].N, F = F2 / 2;
       std::vector<float> gu(R * F2), f(R * F);
       lay[2].apply(sp.pre_norm ? xn.data() : x.data(), gu.data(), R, nullptr, scratch);
-      for (int64_t r = 0; r < R; ++r)
-        for (int64_t j = 0; j < F; ++j) f[r * F + j] = activation(gu[r * F2 + j], act) * gu[r * F2 + F + j];
+      for (int64_t r = 0; r < R; ++r) gate_row(&gu[r * F2], &gu[r * F2 + F], &f[r * F], F, act);
       residual(lay[3], f.data(), sp.ffn_out_gain, x, x2, R, scratch);
     }
     const int64_t out_rows = all_logits ? R : B;

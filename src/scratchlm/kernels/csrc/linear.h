@@ -93,32 +93,14 @@ struct Linear {
       x = scratch.data();
     }
     if (parts.size() == 1) return parts[0].matvec(x, y, B, residual);
-    ActRows act32, act256;  // x rounded once for the A8 row parts (per 32 / per 256 values)
-    PackedX packed;         // x packed once for the parts that run block_gemm.h
-    SumsX sums;             // x prepared once for the parts that run gemv_centered.h
-    Fixed24X fixed;         // ... and for those that run gemv_fixed24.h
-    PackedA8 a8_32, a8_256; // the rounded x packed for the A8 row parts that run a8_gemm.h
-    for (const auto& p : parts) {
-      if (p.gemm(B) && packed.B == 0) packed.pack(x, B, K);
-      if (p.fixed24(B)) {
-        if (fixed.K == 0) fixed.prepare(x, K);
-      } else if (p.centered(B) && sums.K == 0) {
-        sums.prepare(x, K);
-      }
-      if (!is_a8_row(p.format)) continue;
-      ActRows& a = act_qk(p.format) == 256 ? act256 : act32;
-      if (a.qk == 0) quantize_act_rows(x, B, K, act_qk(p.format), a);
-      PackedA8& pk = a.qk == 256 ? a8_256 : a8_32;
-      if (p.a8_gemm(B) && pk.B == 0) pk.pack(a);
-    }
+    PreparedX& px = prepared_x();  // x's other forms, each prepared once for all parts
+    px.reset();
+    for (const auto& p : parts) p.prepare(x, B, px);
     // one parallel region over all rows: each thread runs the parts its rows fall in
     parallel_chunks(N, row_chunk(N, bytes() / std::max<int64_t>(N, 1)), [&](int64_t n0, int64_t n1) {
       for (size_t i = 0; i < parts.size(); ++i) {
         const int64_t s = starts[i], lo = std::max(n0, s), hi = std::min(n1, s + parts[i].N);
-        const bool k256 = act_qk(parts[i].format) == 256;
-        if (lo < hi)
-          parts[i].range(x, y + s, B, residual ? residual + s : nullptr, lo - s, hi - s, k256 ? &act256 : &act32,
-                         &packed, &sums, &fixed, k256 ? &a8_256 : &a8_32);
+        if (lo < hi) parts[i].range(x, y + s, B, residual ? residual + s : nullptr, lo - s, hi - s, px);
       }
     });
   }

@@ -56,6 +56,16 @@ struct LayerSpec {
 
 constexpr int64_t ROPE_GLOBAL = 0, ROPE_LOCAL = 1, ROPE_NONE = -1;
 
+// LlamaStep::run's work buffers (x, the residual stream; x2 its next value; xn normed; qkv, q, att; gu, f the FFN's)
+struct StepBuffers {
+  std::vector<float> x, x2, xn, qkv, q, att, gu, f, tmp, scratch;
+  // v with room for n values (its contents are not kept meaningful: every user writes before it reads)
+  static std::vector<float>& sized(std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+    return v;
+  }
+};
+
 struct LlamaStep {
   torch::Tensor embed, cos, sin;  // embed (V, D) fp32, or (V, row bytes) uint8 in embed_format; cos, sin (T_max, P):
                                   // the first P <= Hd dims of each head rotate (partial rotary: Phi-4-mini)
@@ -266,7 +276,17 @@ struct LlamaStep {
     auto tok = tokens.to(torch::kInt64).contiguous(), pos = positions.to(torch::kInt64).contiguous();
     const int64_t* tp = tok.data_ptr<int64_t>();  // row r = b * C + c
     const int64_t* pp = pos.data_ptr<int64_t>();
-    std::vector<float> x(R * D), x2(R * D), xn(R * D), qkv(R * QKV), q(R * H * Hd), att(R * H * Hd), scratch, tmp(Hd);
+    // this thread's buffers, kept between calls (grown, never shrunk): allocated per call, a prompt's first calls
+    // paid ~20% in page faults (glibc maps large blocks afresh until its thresholds adapt)
+    thread_local StepBuffers buf;
+    auto& x = buf.sized(buf.x, R * D);
+    auto& x2 = buf.sized(buf.x2, R * D);
+    auto& xn = buf.sized(buf.xn, R * D);
+    auto& qkv = buf.sized(buf.qkv, R * QKV);
+    auto& q = buf.sized(buf.q, R * H * Hd);
+    auto& att = buf.sized(buf.att, R * H * Hd);
+    auto& tmp = buf.sized(buf.tmp, Hd);
+    auto& scratch = buf.scratch;
     for (int64_t r = 0; r < R; ++r) {
       TORCH_CHECK(tp[r] >= 0 && tp[r] < V, "token id ", tp[r], " out of range");
       TORCH_CHECK(pp[r] >= 0 && pp[r] < cos.size(0), "position ", pp[r], " beyond the RoPE table");
@@ -304,7 +324,8 @@ struct LlamaStep {
       residual(lay[1], att.data(), sp.attn_out_gain, x, x2, R, scratch);
       if (sp.pre_norm) rms(x.data(), xn.data(), R, D);
       const int64_t F2 = lay[2].N, F = F2 / 2;
-      std::vector<float> gu(R * F2), f(R * F);
+      auto& gu = buf.sized(buf.gu, R * F2);
+      auto& f = buf.sized(buf.f, R * F);
       lay[2].apply(sp.pre_norm ? xn.data() : x.data(), gu.data(), R, nullptr, scratch);
       for (int64_t r = 0; r < R; ++r) gate_row(&gu[r * F2], &gu[r * F2 + F], &f[r * F], F, act);
       residual(lay[3], f.data(), sp.ffn_out_gain, x, x2, R, scratch);

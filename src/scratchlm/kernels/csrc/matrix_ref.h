@@ -79,6 +79,27 @@ inline int64_t act_qk(int format) {
   return qk;
 }
 
+// x of one call in every other form a part's route reads (each prepared once per call, for the first part that
+// needs it): rounded per 32 / 256 values for the A8 row formats (and packed for a8_gemm.h), packed for block_gemm.h,
+// prepared for gemv_centered*.h / gemv_fixed24.h. One per thread, kept between calls (prepared_x()): allocated per
+// call, the first calls of a prompt paid in page faults; reset() marks every form stale at each call's start.
+struct PreparedX {
+  ActRows act32, act256;
+  PackedA8 a8_32, a8_256;
+  PackedX packed;
+  SumsX sums;
+  Fixed24X fixed;
+
+  void reset() { act32.qk = act256.qk = 0, a8_32.B = a8_256.B = 0, packed.B = 0, sums.K = 0, fixed.K = 0; }
+  const ActRows& act(int format) const { return act_qk(format) == 256 ? act256 : act32; }
+  const PackedA8& a8(int format) const { return act_qk(format) == 256 ? a8_256 : a8_32; }
+};
+
+inline PreparedX& prepared_x() {
+  thread_local PreparedX px;
+  return px;
+}
+
 struct MatrixRef {
   int format;
   const void* data;
@@ -141,30 +162,41 @@ struct MatrixRef {
     return B >= GEMM_MIN_ROWS && is_plain_blocks(format);
   }
 
+  // x's forms this matrix reads at B rows into px (those not there yet).
+  void prepare(const float* x, int64_t B, PreparedX& px) const {
+    if (gemm(B) && px.packed.B == 0) px.packed.pack(x, B, K);
+    if (fixed24(B)) {
+      if (px.fixed.K == 0) px.fixed.prepare(x, K);
+    } else if (centered(B) && px.sums.K == 0) {
+      px.sums.prepare(x, K);
+    }
+    if (!is_a8_row(format)) return;
+    ActRows& a = act_qk(format) == 256 ? px.act256 : px.act32;
+    if (a.qk == 0) quantize_act_rows(x, B, K, act_qk(format), a);
+    PackedA8& pk = a.qk == 256 ? px.a8_256 : px.a8_32;
+    if (a8_gemm(B) && pk.B == 0) pk.pack(a);
+  }
+
   // y (B, ldy) row-major; x (B, K) row-major fp32; residual (B, ldy) or null (may alias y).
   void matvec(const float* x, float* y, int64_t B, const float* residual) const {
     if (is_a8(format)) return matvec_a8(x, y, B, residual);
-    ActRows act;
-    PackedX packed;
-    SumsX sums;
-    Fixed24X fixed;
-    PackedA8 a8;
-    if (is_a8_row(format)) quantize_act_rows(x, B, K, act_qk(format), act);
-    if (a8_gemm(B)) a8.pack(act);
-    if (gemm(B)) packed.pack(x, B, K);
-    if (fixed24(B)) fixed.prepare(x, K);
-    else if (centered(B)) sums.prepare(x, K);
+    PreparedX& px = prepared_x();
+    px.reset();
+    prepare(x, B, px);
     parallel_chunks(N, row_chunk(N, row_bytes()),
-                    [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, &act, &packed, &sums, &fixed, &a8); });
+                    [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, px); });
   }
 
-  // Rows [n0, n1) of y on this thread (not the interleaved A8 formats); act: x rounded for an A8 row format;
-  // packed: x packed for block_gemm.h (used when gemm(B)); sums: x prepared for gemv_centered.h (when centered(B));
-  // fixed: x prepared for gemv_fixed24.h (when fixed24(B), which goes first); a8: act packed for a8_gemm.h (when
-  // a8_gemm(B)).
+  // Rows [n0, n1) of y on this thread (not the interleaved A8 formats); px: x's other forms (prepare), read by
+  // gemv_fixed24.h (fixed24(B), first), gemv_centered*.h (centered(B)), a8_gemm.h (a8_gemm(B)), block_gemm.h
+  // (gemm(B)) and the A8 row kernels.
   void range(const float* x, float* y, int64_t B, const float* residual, int64_t n0, int64_t n1,
-             const ActRows* act, const PackedX* packed, const SumsX* sums, const Fixed24X* fixed,
-             const PackedA8* a8) const {
+             const PreparedX& px) const {
+    const Fixed24X* fixed = &px.fixed;
+    const SumsX* sums = &px.sums;
+    const PackedA8* a8 = &px.a8(format);
+    const PackedX* packed = &px.packed;
+    const ActRows* act = &px.act(format);
     const int64_t L = ldy();
     const auto* bytes = static_cast<const uint8_t*>(data);
     if (B == 1 && fixed != nullptr && fixed->K == K && fixed24(B)) {  // prepared by the caller: the switch may move

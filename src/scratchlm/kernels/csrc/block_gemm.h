@@ -116,6 +116,50 @@ inline void gemm_micro_rows(int rows, const float* w, int64_t ldw, const float* 
   }
 }
 
+#if defined(SCRATCHLM_AVX512)
+// gemm_micro for two token tiles at once (xa, xb into ca, cb): each broadcast weight feeds two FMAs (24 of the 32
+// registers accumulate at R = 12). One core, a 96 x 256 slice against 128 tokens: 246-250 GFLOP/s against 225 for
+// one tile at a time (the broadcasts take issue slots of their own). Each output's sum is gemm_micro's, op for op.
+template <int R, int64_t KC>
+inline void gemm_micro2(const float* w, int64_t ldw, const float* xa, const float* xb, int64_t kc_, float* ca,
+                        float* cb) {
+  const int64_t kc = KC > 0 ? KC : kc_;
+  VF a[R], b[R];
+  for (int r = 0; r < R; ++r) a[r] = b[r] = vzero();
+  for (int64_t k = 0; k < kc; ++k) {
+    const VF x0 = vload(xa + k * GEMM_NT), x1 = vload(xb + k * GEMM_NT);
+    for (int r = 0; r < R; ++r) {
+      const VF wv = vset1(w[r * ldw + k]);
+      a[r] = vfma(wv, x0, a[r]);
+      b[r] = vfma(wv, x1, b[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    vstore(ca + r * GEMM_NT, vadd(vload(ca + r * GEMM_NT), a[r]));
+    vstore(cb + r * GEMM_NT, vadd(vload(cb + r * GEMM_NT), b[r]));
+  }
+}
+
+template <int64_t KC>
+inline void gemm_micro2_rows(int rows, const float* w, int64_t ldw, const float* xa, const float* xb, int64_t kc,
+                             float* ca, float* cb) {
+  switch (rows) {
+    case 12: return gemm_micro2<12, KC>(w, ldw, xa, xb, kc, ca, cb);
+    case 11: return gemm_micro2<11, KC>(w, ldw, xa, xb, kc, ca, cb);
+    case 10: return gemm_micro2<10, KC>(w, ldw, xa, xb, kc, ca, cb);
+    case 9: return gemm_micro2<9, KC>(w, ldw, xa, xb, kc, ca, cb);
+    case 8: return gemm_micro2<8, KC>(w, ldw, xa, xb, kc, ca, cb);
+    case 7: return gemm_micro2<7, KC>(w, ldw, xa, xb, kc, ca, cb);
+    case 6: return gemm_micro2<6, KC>(w, ldw, xa, xb, kc, ca, cb);
+    case 5: return gemm_micro2<5, KC>(w, ldw, xa, xb, kc, ca, cb);
+    case 4: return gemm_micro2<4, KC>(w, ldw, xa, xb, kc, ca, cb);
+    case 3: return gemm_micro2<3, KC>(w, ldw, xa, xb, kc, ca, cb);
+    case 2: return gemm_micro2<2, KC>(w, ldw, xa, xb, kc, ca, cb);
+    default: return gemm_micro2<1, KC>(w, ldw, xa, xb, kc, ca, cb);
+  }
+}
+#endif
+
 // `rows` rows of W from w (row_bytes apart), columns [k0, k0 + kc), widened into out (rows x kc, ld GEMM_KC).
 template <typename Block>
 inline void widen_slice(const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k0, int64_t kc, float* out) {
@@ -142,6 +186,21 @@ void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy,
       widen_slice<Block>(w + (n0 + m0) * row_bytes, row_bytes, mc, k0, kc, wblk);
       for (int64_t j = 0; j < tiles; ++j) {
         const float* xt = xp.t + (j * K + k0) * GEMM_NT;
+#if defined(SCRATCHLM_AVX512)
+        if (j + 1 < tiles) {  // two tiles at once
+          for (int64_t g = 0; g < mc; g += GEMM_R) {
+            float* c = acc.data() + (((m0 + g) / GEMM_R) * tiles + j) * GEMM_R * GEMM_NT;
+            const int r = static_cast<int>(std::min<int64_t>(GEMM_R, mc - g));
+            const float* xt1 = xt + K * GEMM_NT;
+            if (kc == GEMM_KC)
+              gemm_micro2_rows<GEMM_KC>(r, wblk + g * GEMM_KC, GEMM_KC, xt, xt1, kc, c, c + GEMM_R * GEMM_NT);
+            else
+              gemm_micro2_rows<0>(r, wblk + g * GEMM_KC, GEMM_KC, xt, xt1, kc, c, c + GEMM_R * GEMM_NT);
+          }
+          ++j;
+          continue;
+        }
+#endif
         for (int64_t g = 0; g < mc; g += GEMM_R) {
           float* c = acc.data() + (((m0 + g) / GEMM_R) * tiles + j) * GEMM_R * GEMM_NT;
           const int r = static_cast<int>(std::min<int64_t>(GEMM_R, mc - g));

@@ -39,7 +39,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="decode step: auto = the fastest exact one (fast-gguf on a GGUF's blocks, else fast; "
                         "default); fast = packed weights, same output as the model; model = the "
                         "reference forward; fast-gguf = a GGUF's own blocks (exact); fast-gguf-a8 = those blocks "
-                        "with 8-bit activations (llama.cpp's CPU scheme; approximate); fast-bf16 / fast-q8_0 / "
+                        "with 8-bit activations, prompts up to 256 tokens too (llama.cpp's CPU scheme; approximate); fast-bf16 / fast-q8_0 / "
                         "fast-q4_1 / fast-int8 = compact weights (approximate); fast-q8_0-a8 / fast-q4_1-a8 = "
                         "Q8_0 / Q4_1 blocks with 8-bit activations (approximate); "
                         "compiled = torch.compile (slow warm-up); see benchmarks/RESULTS.md")

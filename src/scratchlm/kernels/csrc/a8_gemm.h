@@ -20,6 +20,7 @@
 #include <cstring>
 #include <vector>
 
+#include "block_gemm.h"
 #include "blocks.h"
 #include "gemv_a8.h"
 #include "gemv_a8_blocks.h"
@@ -169,11 +170,7 @@ void a8_gemm_rows(const PackedA8& xp, const uint8_t* w, float* y, int64_t ldy, i
       }
     }
   }
-  for (int64_t b = 0; b < xp.B; ++b) {
-    const float* c = acc.data() + (b / 16) * A8G_R * 16 + b % 16;
-    float* yb = y + b * ldy + n0;
-    for (int64_t n = 0; n < rows; ++n) yb[n] = c[(n / A8G_R) * tiles * A8G_R * 16 + (n % A8G_R) * 16];
-  }
+  store_tiles<A8G_R>(acc.data(), rows, tiles, xp.B, y, ldy, n0);
 }
 #endif
 

@@ -170,6 +170,25 @@ inline void widen_slice(const uint8_t* w, int64_t row_bytes, int64_t rows, int64
   }
 }
 
+// y[b * ldy + n0 + n] for n < rows, b < B from sums laid out (row group of R, 16-token tile, R, 16), one
+// (group, tile) block at a time (its R lines stay in L1; each token's R outputs are contiguous in y). Row by row of
+// y instead read the sums with a stride of 16 floats, one line per value (~8% of a 1B prompt).
+static_assert(GEMM_NT == 16, "store_tiles and a8_gemm.h's tiles are 16 tokens");
+template <int R>
+inline void store_tiles(const float* acc, int64_t rows, int64_t tiles, int64_t B, float* y, int64_t ldy, int64_t n0) {
+  const int64_t groups = (rows + R - 1) / R;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t r_end = std::min<int64_t>(R, rows - g * R);
+    for (int64_t j = 0; j < tiles; ++j) {
+      const float* c = acc + (g * tiles + j) * R * 16;
+      for (int64_t l = 0; l < 16 && j * 16 + l < B; ++l) {
+        float* yb = y + (j * 16 + l) * ldy + n0 + g * R;
+        for (int64_t r = 0; r < r_end; ++r) yb[r] = c[r * 16 + l];
+      }
+    }
+  }
+}
+
 // y[b * ldy + n] = x[b] . W[n] for n in [n0, n1), every b < xp.B (W: N rows of K values in Block).
 template <typename Block>
 void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy, int64_t n0, int64_t n1) {
@@ -212,11 +231,7 @@ void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy,
       }
     }
   }
-  for (int64_t b = 0; b < xp.B; ++b) {  // y's rows written along n (a column at a time is a page per value)
-    const float* c = acc.data() + (b / GEMM_NT) * GEMM_R * GEMM_NT + b % GEMM_NT;
-    float* yb = y + b * ldy + n0;
-    for (int64_t n = 0; n < rows; ++n) yb[n] = c[(n / GEMM_R) * tiles * GEMM_R * GEMM_NT + (n % GEMM_R) * GEMM_NT];
-  }
+  store_tiles<GEMM_R>(acc.data(), rows, tiles, xp.B, y, ldy, n0);
 }
 
 }  // namespace scratchlm

@@ -8,7 +8,7 @@
 // X = 65536 a2 + 256 a1 + a0 (balanced base 256: a0 the low byte read as int8, and so on).
 // A weight block holds w = s q + t (q unsigned: 0..15 / 31 / 63; s, t per sub-block: blocks.h), so
 //   x~ . W[n] = sum over sub-blocks ( s 2^-k * sum_i q_i X_i  +  t * sum_i x~_i )
-// where, per 4 consecutive values (one int32 lane of vpdpbusd), sum q X = ((q.a2 << 8) + q.a1 << 8) + q.a0:
+// where, per 4 consecutive values (one int32 lane of vpdpbusd), sum q X = ((q.a2) 256 + q.a1) 256 + q.a0:
 // three dot products and two shifts, exact: |lane| <= 4 * 63 * (128 * 65793) < 2^31 at every step. Then each lane
 // is converted to fp32 (one rounding), multiplied by its sub-block's s 2^-k (exact: d sc is exact in fp32, 2^-k
 // a power of two) and summed in fp32. The t terms use sum_i X_i 2^-k (exact integer sums, one rounding).

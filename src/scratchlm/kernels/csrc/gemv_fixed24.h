@@ -32,10 +32,12 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "blocks.h"
+#include "gemv_a8_blocks.h"
 #include "simd.h"
 
 namespace scratchlm {
@@ -61,6 +63,7 @@ constexpr bool has_fixed24() {
 
 // x of one batch row, rounded (see above), for both chunk orders. Per 256-value super-block i:
 //   pair / index: chunk c (0..3) at (4 i + c) * 192: digits a2, a1, a0 (64 bytes each) of the chunk's 64 values
+//                 (prepare_q8: at (4 i + c) * 64, the one digit q)
 //   k4s / k4o (16 floats): 2^-k of sub-block s in lane s; sum of x~ over sub-block s in lane 8 + s (Q4_K / Q5_K)
 //   q6s / q6o (16 floats): 2^-k of 16-value group g in lane g; -32 times its sum of x~ (Q6_K: w = d sc (q - 32))
 struct Fixed24X {
@@ -69,22 +72,51 @@ struct Fixed24X {
   int8_t *pair = nullptr, *index = nullptr;
   float *k4s = nullptr, *k4o = nullptr, *q6s = nullptr, *q6o = nullptr;
   int64_t K = 0;
+  int planes = 3;  // digits per value: 3 (24-bit X), or 1 (prepare_q8: the A8 rounding's int8 q)
 
   Fixed24X() = default;
   Fixed24X(const Fixed24X&) = delete;
   Fixed24X& operator=(const Fixed24X&) = delete;
 
 #if defined(SCRATCHLM_FIXED24)
-  // x: K values, K a multiple of 256.
-  void prepare(const float* x, int64_t K_) {
-    K = K_;
+  void layout(int64_t K_, int planes_) {
+    K = K_, planes = planes_;
     const int64_t nsb = K / 256;
-    dig.resize(2 * nsb * 768 + 64);
+    dig.resize(2 * nsb * 256 * planes + 64);
     flt.assign(4 * nsb * 16 + 16, 0.0f);
     pair = dig.data() + (64 - reinterpret_cast<uintptr_t>(dig.data()) % 64) % 64;
-    index = pair + nsb * 768;
+    index = pair + nsb * 256 * planes;
     float* f = flt.data() + (16 - reinterpret_cast<uintptr_t>(flt.data()) / sizeof(float) % 16) % 16;
     k4s = f, k4o = f + nsb * 16, q6s = f + 2 * nsb * 16, q6o = f + 3 * nsb * 16;
+  }
+
+  // One row rounded the A8 way for the K-quants (gemv_a8_blocks.h's ActRows, qk 256: ggml's Q8_K, x ~ d q): one
+  // digit plane (q), 2^-k replaced by the block's d, the sums by d sum q (a.xs). The kernels then compute
+  // round(x) W^T, the A8 row formats' definition, with one vpdpbusd per 64 weights.
+  void prepare_q8(const ActRows& a) {
+    layout(a.K, 1);
+    for (int64_t i = 0; i < K / 256; ++i) {
+      const float d = a.d[i];
+      for (int64_t s = 0; s < 8; ++s) {
+        const int pc = 2 * static_cast<int>(s / 4) + static_cast<int>(s % 2), ph = static_cast<int>(s % 4) / 2;
+        const int ic = static_cast<int>(s / 2), ih = static_cast<int>(s % 2);
+        const int8_t* q = a.q.data() + 256 * i + 32 * s;
+        std::memcpy(pair + (4 * i + pc) * 64 + 32 * ph, q, 32);
+        std::memcpy(index + (4 * i + ic) * 64 + 32 * ih, q, 32);
+        const float x0 = a.xs[16 * i + 2 * s], x1 = a.xs[16 * i + 2 * s + 1];
+        k4s[16 * i + s] = d;
+        k4o[16 * i + 8 + s] = x0 + x1;
+        q6s[16 * i + 2 * s] = q6s[16 * i + 2 * s + 1] = d;
+        q6o[16 * i + 2 * s] = -32.0f * x0, q6o[16 * i + 2 * s + 1] = -32.0f * x1;
+      }
+    }
+  }
+
+  // x: K values, K a multiple of 256.
+  void prepare(const float* x, int64_t K_) {
+    layout(K_, 3);
+    const int64_t nsb = K / 256;
+    (void)nsb;
     constexpr int RNE = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     for (int64_t b = 0; b < K / 32; ++b) {
       const int64_t i = b / 8, s = b % 8;
@@ -129,6 +161,7 @@ struct Fixed24X {
   }
 #else
   void prepare(const float*, int64_t K_) { K = K_; }
+  void prepare_q8(const ActRows& a) { K = a.K, planes = 1; }
 #endif
 };
 
@@ -234,7 +267,7 @@ struct Fixed24<Q6_KBlock> {  // [ql 128][qh 64][scales 16 x int8][d]: w = d sc_g
 };
 
 // y[n .. n + 4) (rows past n_end - 1 repeat the last row and are not written) for one batch row.
-template <typename Block>
+template <typename Block, int PLANES>
 inline void fixed24_tile(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n, int64_t n_end, int64_t row_bytes) {
   using F = Fixed24<Block>;
   constexpr int NR = 4;
@@ -255,7 +288,7 @@ inline void fixed24_tile(const Fixed24X& xf, const uint8_t* w, float* y, int64_t
     F::scales(blk, sv);
     const __m512 s = _mm512_load_ps(xs + 16 * i), o = _mm512_load_ps(xo + 16 * i);
     for (int r = 0; r < NR; ++r) off[r] = _mm512_fmadd_ps(sv[r], o, off[r]), sv[r] = _mm512_mul_ps(sv[r], s);
-    const int8_t* d = dig + i * 768;
+    const int8_t* d = dig + i * 256 * PLANES;
 #pragma GCC unroll 2
     for (int j = 0; j < 2; ++j) {
       for (int r = 0; r < NR; ++r) {
@@ -264,7 +297,9 @@ inline void fixed24_tile(const Fixed24X& xf, const uint8_t* w, float* y, int64_t
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           const int c = 2 * j + h;
-          const __m512 lanes = _mm512_cvtepi32_ps(f24_dot(q[h], d + c * 192));
+          const __m512i dots = PLANES == 3 ? f24_dot(q[h], d + c * 192)
+                                           : _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[h], _mm512_load_si512(d + c * 64));
+          const __m512 lanes = _mm512_cvtepi32_ps(dots);
           tot[r][h] = _mm512_fmadd_ps(lanes, _mm512_permutexvar_ps(_mm512_load_si512(F::IDX[c]), sv[r]), tot[r][h]);
         }
       }
@@ -277,7 +312,8 @@ inline void fixed24_tile(const Fixed24X& xf, const uint8_t* w, float* y, int64_t
 template <typename Block>
 void fixed24_rows(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
   const int64_t row_bytes = (xf.K / Block::QK) * Block::BYTES;
-  for (int64_t n = n0; n < n1; n += 4) fixed24_tile<Block>(xf, w, y, n, n1, row_bytes);
+  for (int64_t n = n0; n < n1; n += 4)
+    xf.planes == 3 ? fixed24_tile<Block, 3>(xf, w, y, n, n1, row_bytes) : fixed24_tile<Block, 1>(xf, w, y, n, n1, row_bytes);
 }
 #else
 template <typename Block>

@@ -88,9 +88,11 @@ struct PreparedX {
   PackedA8 a8_32, a8_256;
   PackedX packed;
   SumsX sums;
-  Fixed24X fixed;
+  Fixed24X fixed, fixed8;  // fixed8: the A8 rounding of x (per 256) as gemv_fixed24.h's one-plane form
 
-  void reset() { act32.qk = act256.qk = 0, a8_32.B = a8_256.B = 0, packed.B = 0, sums.K = 0, fixed.K = 0; }
+  void reset() {
+    act32.qk = act256.qk = 0, a8_32.B = a8_256.B = 0, packed.B = 0, sums.K = 0, fixed.K = 0, fixed8.K = 0;
+  }
   const ActRows& act(int format) const { return act_qk(format) == 256 ? act256 : act32; }
   const PackedA8& a8(int format) const { return act_qk(format) == 256 ? a8_256 : a8_32; }
 };
@@ -154,6 +156,15 @@ struct MatrixRef {
     return yes;
   }
 
+  // True when one batch row of an A8 row format of Q4_K / Q5_K / Q6_K goes through gemv_fixed24.h's one-plane form
+  // (x rounded to Q8_K, then prepared as Fixed24X::prepare_q8).
+  bool fixed8(int64_t B) const {
+    bool yes = false;
+    if (B == 1 && is_a8_row(format) && fixed24_enabled.load(std::memory_order_relaxed))
+      visit_blocks(format, [&](auto blk) { yes = has_fixed24<decltype(blk)>(); });
+    return yes;
+  }
+
   // True when B rows of an A8 row format go through a8_gemm.h (x rounded, then packed once per call).
   bool a8_gemm(int64_t B) const { return B >= GEMM_MIN_ROWS && is_a8_row(format) && has_a8_gemm(); }
 
@@ -175,6 +186,7 @@ struct MatrixRef {
     if (a.qk == 0) quantize_act_rows(x, B, K, act_qk(format), a);
     PackedA8& pk = a.qk == 256 ? px.a8_256 : px.a8_32;
     if (a8_gemm(B) && pk.B == 0) pk.pack(a);
+    if (fixed8(B) && px.fixed8.K == 0) px.fixed8.prepare_q8(a);
   }
 
   // y (B, ldy) row-major; x (B, K) row-major fp32; residual (B, ldy) or null (may alias y).
@@ -199,9 +211,10 @@ struct MatrixRef {
     const ActRows* act = &px.act(format);
     const int64_t L = ldy();
     const auto* bytes = static_cast<const uint8_t*>(data);
-    if (B == 1 && fixed != nullptr && fixed->K == K && fixed24(B)) {  // prepared by the caller: the switch may move
+    const Fixed24X* one_row = fixed24(B) ? fixed : (fixed8(B) ? &px.fixed8 : nullptr);
+    if (B == 1 && one_row != nullptr && one_row->K == K) {  // prepared by the caller: the switch may move
       visit_blocks(format, [&](auto blk) {
-        if constexpr (has_fixed24<decltype(blk)>()) fixed24_rows<decltype(blk)>(*fixed, bytes, y, n0, n1);
+        if constexpr (has_fixed24<decltype(blk)>()) fixed24_rows<decltype(blk)>(*one_row, bytes, y, n0, n1);
       });
       finish_row(y, 0, n0, n1, residual);
       return;

@@ -140,29 +140,30 @@ struct MatrixRef {
     return v;
   }
 
+  // B == 1, `kind` holds for this format, the switch `on` is set and the block type has the kernel: has(Block{})
+  template <typename Has>
+  bool one_row_route(int64_t B, bool kind, const std::atomic<bool>& on, Has has) const {
+    bool yes = false;
+    if (B == 1 && kind && on.load(std::memory_order_relaxed)) visit_blocks(format, [&](auto blk) { yes = has(blk); });
+    return yes;
+  }
+
   // True when one batch row goes through gemv_centered.h (x prepared once per call as SumsX).
   bool centered(int64_t B) const {
-    bool yes = false;
-    if (B == 1 && is_plain_blocks(format) && centered_enabled.load(std::memory_order_relaxed))
-      visit_blocks(format, [&](auto blk) { yes = has_centered<decltype(blk)>(); });
-    return yes;
+    return one_row_route(B, is_plain_blocks(format), centered_enabled,
+                         [](auto blk) { return has_centered<decltype(blk)>(); });
   }
 
   // True when one batch row goes through gemv_fixed24.h (x prepared once per call as Fixed24X).
   bool fixed24(int64_t B) const {
-    bool yes = false;
-    if (B == 1 && is_plain_blocks(format) && fixed24_enabled.load(std::memory_order_relaxed))
-      visit_blocks(format, [&](auto blk) { yes = has_fixed24<decltype(blk)>(); });
-    return yes;
+    return one_row_route(B, is_plain_blocks(format), fixed24_enabled,
+                         [](auto blk) { return has_fixed24<decltype(blk)>(); });
   }
 
   // True when one batch row of an A8 row format of Q4_K / Q5_K / Q6_K goes through gemv_fixed24.h's one-plane form
   // (x rounded to Q8_K, then prepared as Fixed24X::prepare_q8).
   bool fixed8(int64_t B) const {
-    bool yes = false;
-    if (B == 1 && is_a8_row(format) && fixed24_enabled.load(std::memory_order_relaxed))
-      visit_blocks(format, [&](auto blk) { yes = has_fixed24<decltype(blk)>(); });
-    return yes;
+    return one_row_route(B, is_a8_row(format), fixed24_enabled, [](auto blk) { return has_fixed24<decltype(blk)>(); });
   }
 
   // True when B rows of an A8 row format go through a8_gemm.h (x rounded, then packed once per call).

@@ -115,8 +115,6 @@ struct Fixed24X {
   // x: K values, K a multiple of 256.
   void prepare(const float* x, int64_t K_) {
     layout(K_, 3);
-    const int64_t nsb = K / 256;
-    (void)nsb;
     constexpr int RNE = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     for (int64_t b = 0; b < K / 32; ++b) {
       const int64_t i = b / 8, s = b % 8;

@@ -29,6 +29,7 @@ from scratchlm.io_utils import atomic_write_text
 from scratchlm.model import TransformerLM
 from scratchlm.nn.lora import adapters_disabled, lora_layers
 from scratchlm.train.clip import clip_grad_norm
+from scratchlm.train.host_memory import keep_host_memory
 from scratchlm.train.optim import OPTIMIZER_IMPLS, build_optimizer
 from scratchlm.train.precision import autocast, check_precision, full_precision
 from scratchlm.train.schedule import lr_at
@@ -61,6 +62,7 @@ class Stepper:
     """AdamW over `modules` with the schedule, clipping and a non-finite-gradient guard."""
 
     def __init__(self, modules: list[nn.Module], cfg: OptimConfig, total_steps: int) -> None:
+        keep_host_memory()  # the step's activations stay in the heap between steps (train/host_memory.py)
         self.params = [p for m in modules for p in m.parameters() if p.requires_grad]
         holder = nn.ModuleList(modules)
         self.optimizer = build_optimizer(holder, cfg.lr, cfg.weight_decay, betas=cfg.betas, impl=cfg.optimizer_impl)

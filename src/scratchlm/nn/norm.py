@@ -9,7 +9,9 @@ BatchNorm1d (training): per channel c over batch (and length) dims,
             (eval): the running statistics replace the batch ones.
 RMSNorm and LayerNorm compute in fp32 and cast the result back to the input dtype (bf16-safe).
 fused=True (ModelConfig.ops_impl="fused") computes the same through torch's fused F.rms_norm /
-F.layer_norm kernels (one op instead of five; equality tested in tests/unit/test_fused_ops.py).
+F.layer_norm kernels (one op instead of five; equality tested in tests/unit/test_fused_ops.py); an eager fp32
+RMSNorm on the CPU runs as one C++ pass each way instead, its output in bf16 under bf16 autocast
+(nn/fused_rms_norm.py).
 Shapes: RMSNorm/LayerNorm normalise the last dim D; BatchNorm1d takes (B, C) or (B, C, L).
 """
 
@@ -18,6 +20,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from scratchlm.nn import fused_rms_norm as fused_rms
 
 
 class RMSNorm(nn.Module):
@@ -39,6 +43,8 @@ class RMSNorm(nn.Module):
         return 1.0 + self.weight.float() if self.unit_offset else self.weight.float()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused and fused_rms.applies(x):
+            return fused_rms.fused_rms_norm(x, self.gain(), self.eps)
         x32 = x.float()
         if self.fused:
             return F.rms_norm(x32, (self.dim,), self.gain(), self.eps).to(x.dtype)

@@ -39,6 +39,7 @@ from scratchlm.train.checkpoint import (
 from scratchlm.train.clip import clip_grad_norm, global_grad_norm
 from scratchlm.train.train_config import TrainConfig
 from scratchlm.train.data_source import DataSource, to_device
+from scratchlm.train.host_memory import keep_host_memory
 from scratchlm.train.guard import DivergenceGuard, LastGood, TrainingDiverged, WeightStats
 from scratchlm.train.lm_loss import fused_head_weight, model_cross_entropy
 from scratchlm.train.losses import cross_entropy, perplexity
@@ -87,6 +88,7 @@ class Trainer:
         self.cfg, self.overwrite, self.claimed, self.replaced = cfg, overwrite, claimed, None
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
+        keep_host_memory()  # the step's activations stay in the heap between steps (train/host_memory.py)
         self.out = Path(cfg.out_dir)
         if not resume and not claimed:  # a bad out_dir fails before any data or model is loaded
             check_fresh_out_dir(cfg, overwrite)

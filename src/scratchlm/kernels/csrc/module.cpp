@@ -1,6 +1,8 @@
 // Python bindings of scratchlm's decode kernels (gemv.h / gemv_a8.h: the matrix-vector kernels, matrix_ref.h:
 // one matrix in a format, linear.h: with its scales and bias; llama_step.h: a whole Llama decode step) and of the
-// training attention's causal softmax (causal_softmax.h, attention_scores.h) and the LM head's cross entropy rows (cross_entropy_rows.h). Built by kernels/build.py with torch.utils.cpp_extension.
+// training attention's causal softmax (causal_softmax.h, attention_scores.h), the LM head's cross entropy rows
+// (cross_entropy_rows.h) and the training RMSNorm (rms_norm_rows.h). Built by kernels/build.py with
+// torch.utils.cpp_extension.
 
 #include <torch/extension.h>
 
@@ -8,6 +10,7 @@
 #include "causal_softmax.h"
 #include "cross_entropy_rows.h"
 #include "llama_step.h"
+#include "rms_norm_rows.h"
 
 namespace {
 
@@ -228,6 +231,51 @@ torch::Tensor cross_entropy_rows_(torch::Tensor x, const torch::Tensor& y, const
   return loss;
 }
 
+void check_norm_rows(const torch::Tensor& x, const torch::Tensor& g) {
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == torch::kFloat32 && x.dim() == 2 && x.is_contiguous(),
+              "x must be a contiguous fp32 CPU tensor (rows, D), got ", x.scalar_type(), " ", x.sizes());
+  TORCH_CHECK(g.scalar_type() == torch::kFloat32 && g.is_contiguous() && g.numel() == x.size(1),
+              "g must be a contiguous fp32 tensor of D = ", x.size(1), " values, got ", g.sizes());
+}
+
+// x (rows, D) fp32, g (D,) fp32 -> (y (rows, D) fp32 or bf16 (bf16_out), rstd (rows,) fp32) (rms_norm_rows.h)
+std::tuple<torch::Tensor, torch::Tensor> rms_norm_rows(const torch::Tensor& x, const torch::Tensor& g, double eps,
+                                                       bool bf16_out) {
+  check_norm_rows(x, g);
+  const int64_t rows = x.size(0), D = x.size(1);
+  auto y = torch::empty({rows, D}, x.options().dtype(bf16_out ? torch::kBFloat16 : torch::kFloat32));
+  auto rstd = torch::empty({rows}, x.options());
+  if (bf16_out)
+    scratchlm::rms_norm_rows(x.data_ptr<float>(), g.data_ptr<float>(), static_cast<float>(eps),
+                             reinterpret_cast<uint16_t*>(y.data_ptr()), rstd.data_ptr<float>(), rows, D);
+  else
+    scratchlm::rms_norm_rows(x.data_ptr<float>(), g.data_ptr<float>(), static_cast<float>(eps), y.data_ptr<float>(),
+                             rstd.data_ptr<float>(), rows, D);
+  return {y, rstd};
+}
+
+// x, g, rstd as the forward saw them, dy (rows, D) fp32 or bf16 -> (dx (rows, D) fp32, dg (D,) fp32)
+std::tuple<torch::Tensor, torch::Tensor> rms_norm_rows_grad(const torch::Tensor& x, const torch::Tensor& g,
+                                                            const torch::Tensor& rstd, const torch::Tensor& dy) {
+  check_norm_rows(x, g);
+  const int64_t rows = x.size(0), D = x.size(1);
+  TORCH_CHECK(rstd.scalar_type() == torch::kFloat32 && rstd.is_contiguous() && rstd.numel() == rows,
+              "rstd must hold one contiguous fp32 value per row");
+  TORCH_CHECK(dy.sizes() == x.sizes() && dy.is_contiguous() &&
+              (dy.scalar_type() == torch::kFloat32 || dy.scalar_type() == torch::kBFloat16),
+              "dy must be contiguous fp32 or bf16 shaped as x ", x.sizes(), ", got ", dy.scalar_type(), " ", dy.sizes());
+  auto dx = torch::empty_like(x);
+  auto dg = torch::empty_like(g);
+  if (dy.scalar_type() == torch::kFloat32)
+    scratchlm::rms_norm_rows_grad(x.data_ptr<float>(), g.data_ptr<float>(), rstd.data_ptr<float>(),
+                                  dy.data_ptr<float>(), dx.data_ptr<float>(), dg.data_ptr<float>(), rows, D);
+  else
+    scratchlm::rms_norm_rows_grad(x.data_ptr<float>(), g.data_ptr<float>(), rstd.data_ptr<float>(),
+                                  reinterpret_cast<const uint16_t*>(dy.data_ptr()), dx.data_ptr<float>(),
+                                  dg.data_ptr<float>(), rows, D);
+  return {dx, dg};
+}
+
 // Route one batch row of the block types through gemv_centered.h (true, the default) or gemv.h; the old value.
 bool set_centered(bool on) { return scratchlm::centered_enabled.exchange(on); }
 
@@ -277,6 +325,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("has_bf16_dot", &has_bf16_dot, "built with AVX512-BF16 dot products (causal_probs_bf16 and its gradient)");
   m.def("cross_entropy_rows_", &cross_entropy_rows_, nogil(),
         "logits (rows, V) fp32/bf16 (overwritten with dL/dx when want_grad), y int64, valid bool, eps, z -> loss (rows,)");
+  m.def("rms_norm_rows", &rms_norm_rows, nogil(),
+        "x (rows, D) fp32, g (D,) fp32, eps, bf16_out -> (y = x rstd g in fp32 or bf16, rstd (rows,))");
+  m.def("rms_norm_rows_grad", &rms_norm_rows_grad, nogil(),
+        "x, g, rstd (as the forward's), dy fp32/bf16 (rows, D) -> (dx fp32, dg fp32)");
   m.def("exp_sum", &exp_sum, nogil(), "x (n,) fp32, mx -> (exp(x - mx), its sum): the attention softmax's exps");
   pybind11::class_<scratchlm::LayerSpec>(m, "LayerSpec")
       .def(pybind11::init<int64_t, int64_t, bool, torch::Tensor, torch::Tensor, torch::Tensor>(),

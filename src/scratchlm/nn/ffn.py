@@ -5,6 +5,8 @@ SwiGLU (Llama):   FFN(x) = down(silu(gate(x)) * up(x)),         d_ff default: 8/
                   multiple of `multiple_of` (keeps the parameter count of a 4*D MLP: 3 matrices of
                   D x 8D/3 = 2 matrices of D x 4D).
 GLU (any gate):   FFN(x) = down(act(gate(x)) * up(x)); GeGLU (Gemma) is act = gelu_tanh.
+fused=True with act = silu: the gate silu(g) * u runs as one C++ pass each way when eager on the CPU
+(nn/fused_gate.py).
 Shapes: x (B, T, D) -> (B, T, D); up/gate (D -> F), down (F -> D).
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from scratchlm.nn import fused_gate
 from scratchlm.nn.activations import get_activation
 from scratchlm.nn.linear import Linear
 
@@ -45,13 +48,17 @@ class GLU(nn.Module):
                  fused: bool = False) -> None:
         super().__init__()
         self.activation = activation
+        self.fused = fused
         self.act = get_activation(activation, fused)
         self.gate_proj = Linear(d_model, d_ff, bias=bias, fused=fused)
         self.up_proj = Linear(d_model, d_ff, bias=bias, fused=fused)
         self.down_proj = Linear(d_ff, d_model, bias=bias, fused=fused)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))  # (B, T, F) gated -> (B, T, D)
+        g, u = self.gate_proj(x), self.up_proj(x)  # (B, T, F) each
+        if self.fused and self.activation == "silu" and fused_gate.applies(g, u):
+            return self.down_proj(fused_gate.silu_gate(g, u))
+        return self.down_proj(self.act(g) * u)  # (B, T, F) gated -> (B, T, D)
 
 
 class SwiGLU(GLU):

@@ -20,7 +20,8 @@ Scaled variants (linear, dynamic NTK, llama3, YaRN, longrope) change the frequen
 Fused form (fused=True, ModelConfig.ops_impl="fused"): with full-width tables laid out like the head
 dims of the style (rope_tables) and rot(x) the 90-degree partner of every pair,
     x' = x * cos + rot(x) * sin,      rot(a, b) = (-b, a)
-i.e. three elementwise ops instead of eight (equality tested in tests/unit/test_fused_ops.py).
+i.e. three elementwise ops instead of eight (equality tested in tests/unit/test_fused_ops.py); eagerly on the CPU
+the fused form runs as one C++ pass each way (nn/fused_rope.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from scratchlm.nn import fused_rope
 from scratchlm.nn.positional import check_positions
 from scratchlm.nn.rope_scaling import check_rope_scaling, default_inv_freq, dynamic_inv_freq, scaled_inv_freq
 
@@ -186,6 +188,8 @@ class RotaryEmbedding(nn.Module):
 
     def _rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         cos, sin = self.tables(positions)  # (T, W) or (B, T, W)
+        if self.fused and fused_rope.applies(x):
+            return fused_rope.fused_rope(x, cos, sin, self.style)
         if positions.dim() == 2:
             cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, W): broadcast over heads
         if self.fused:

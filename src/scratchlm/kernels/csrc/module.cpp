@@ -1,7 +1,8 @@
 // Python bindings of scratchlm's decode kernels (gemv.h / gemv_a8.h: the matrix-vector kernels, matrix_ref.h:
 // one matrix in a format, linear.h: with its scales and bias; llama_step.h: a whole Llama decode step) and of the
 // training attention's causal softmax (causal_softmax.h, attention_scores.h), the LM head's cross entropy rows
-// (cross_entropy_rows.h) and the training RMSNorm (rms_norm_rows.h). Built by kernels/build.py with
+// (cross_entropy_rows.h), the training RMSNorm (rms_norm_rows.h), SwiGLU gate (silu_gate.h) and RoPE
+// (rope_rows.h). Built by kernels/build.py with
 // torch.utils.cpp_extension.
 
 #include <torch/extension.h>
@@ -11,6 +12,8 @@
 #include "cross_entropy_rows.h"
 #include "llama_step.h"
 #include "rms_norm_rows.h"
+#include "rope_rows.h"
+#include "silu_gate.h"
 
 namespace {
 
@@ -276,6 +279,71 @@ std::tuple<torch::Tensor, torch::Tensor> rms_norm_rows_grad(const torch::Tensor&
   return {dx, dg};
 }
 
+void check_gate(const std::vector<torch::Tensor>& ts) {
+  for (const auto& t : ts)
+    TORCH_CHECK(t.device().is_cpu() && t.is_contiguous() && t.sizes() == ts[0].sizes() &&
+                t.scalar_type() == ts[0].scalar_type() &&
+                (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16),
+                "the gate's tensors must be contiguous CPU tensors of one shape, all fp32 or all bf16; got ",
+                t.scalar_type(), " ", t.sizes(), " with ", ts[0].scalar_type(), " ", ts[0].sizes());
+}
+
+// gate a, up b -> silu(a) b (silu_gate.h), their dtype
+torch::Tensor silu_gate(const torch::Tensor& a, const torch::Tensor& b) {
+  check_gate({a, b});
+  auto h = torch::empty_like(a);
+  if (a.scalar_type() == torch::kFloat32)
+    scratchlm::silu_gate(a.data_ptr<float>(), b.data_ptr<float>(), h.data_ptr<float>(), a.numel());
+  else
+    scratchlm::silu_gate(reinterpret_cast<const uint16_t*>(a.data_ptr()), reinterpret_cast<const uint16_t*>(b.data_ptr()),
+                         reinterpret_cast<uint16_t*>(h.data_ptr()), a.numel());
+  return h;
+}
+
+// a, b, dh -> (da, db) of h = silu(a) b
+std::tuple<torch::Tensor, torch::Tensor> silu_gate_grad(const torch::Tensor& a, const torch::Tensor& b,
+                                                        const torch::Tensor& dh) {
+  check_gate({a, b, dh});
+  auto da = torch::empty_like(a), db = torch::empty_like(b);
+  if (a.scalar_type() == torch::kFloat32)
+    scratchlm::silu_gate_grad(a.data_ptr<float>(), b.data_ptr<float>(), dh.data_ptr<float>(), da.data_ptr<float>(),
+                              db.data_ptr<float>(), a.numel());
+  else
+    scratchlm::silu_gate_grad(reinterpret_cast<const uint16_t*>(a.data_ptr()), reinterpret_cast<const uint16_t*>(b.data_ptr()),
+                              reinterpret_cast<const uint16_t*>(dh.data_ptr()), reinterpret_cast<uint16_t*>(da.data_ptr()),
+                              reinterpret_cast<uint16_t*>(db.data_ptr()), a.numel());
+  return {da, db};
+}
+
+// out (B, H, T, Hd) <- x cos + sign rot(x) sin (rope_rows.h); x and out fp32 or bf16 (one dtype), any strides with a
+// contiguous last dim; cos, sin (T, Hd) or (B, T, Hd) contiguous fp32
+void rope_rows_(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& cos, const torch::Tensor& sin,
+                bool half, double sign) {
+  TORCH_CHECK(x.device().is_cpu() && out.device().is_cpu() && x.dim() == 4 && out.sizes() == x.sizes() &&
+              x.scalar_type() == out.scalar_type() &&
+              (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16) &&
+              x.stride(3) == 1 && out.stride(3) == 1,
+              "x and out must be (B, H, T, Hd) CPU tensors of one dtype (fp32 or bf16) with a contiguous last dim; got ",
+              x.scalar_type(), " ", x.sizes(), " and ", out.scalar_type(), " ", out.sizes());
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), Hd = x.size(3);
+  TORCH_CHECK(Hd % 2 == 0 && Hd <= scratchlm::ROPE_MAX_HD, "head dim ", Hd, " must be even and at most ",
+              scratchlm::ROPE_MAX_HD);
+  const bool per_batch = cos.dim() == 3;
+  TORCH_CHECK(cos.scalar_type() == torch::kFloat32 && sin.scalar_type() == torch::kFloat32 && cos.is_contiguous() &&
+              sin.is_contiguous() && cos.sizes() == sin.sizes() && cos.size(-1) == Hd && cos.size(-2) == T &&
+              (cos.dim() == 2 || (per_batch && cos.size(0) == B)),
+              "cos and sin must be contiguous fp32 (T, Hd) or (B, T, Hd) tables; got ", cos.sizes());
+  const scratchlm::RowStrides xs{x.stride(0), x.stride(1), x.stride(2)}, os{out.stride(0), out.stride(1), out.stride(2)};
+  const int64_t cos_sb = per_batch ? T * Hd : 0;
+  if (x.scalar_type() == torch::kFloat32)
+    scratchlm::rope_rows(x.data_ptr<float>(), xs, out.data_ptr<float>(), os, cos.data_ptr<float>(), sin.data_ptr<float>(),
+                         cos_sb, B, H, T, Hd, half, static_cast<float>(sign));
+  else
+    scratchlm::rope_rows(reinterpret_cast<const uint16_t*>(x.data_ptr()), xs, reinterpret_cast<uint16_t*>(out.data_ptr()),
+                         os, cos.data_ptr<float>(), sin.data_ptr<float>(), cos_sb, B, H, T, Hd, half,
+                         static_cast<float>(sign));
+}
+
 // Route one batch row of the block types through gemv_centered.h (true, the default) or gemv.h; the old value.
 bool set_centered(bool on) { return scratchlm::centered_enabled.exchange(on); }
 
@@ -329,6 +397,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "x (rows, D) fp32, g (D,) fp32, eps, bf16_out -> (y = x rstd g in fp32 or bf16, rstd (rows,))");
   m.def("rms_norm_rows_grad", &rms_norm_rows_grad, nogil(),
         "x, g, rstd (as the forward's), dy fp32/bf16 (rows, D) -> (dx fp32, dg fp32)");
+  m.def("silu_gate", &silu_gate, nogil(), "gate a, up b (same shape, fp32 or bf16) -> silu(a) b in their dtype");
+  m.def("silu_gate_grad", &silu_gate_grad, nogil(), "a, b, dh -> (da, db) of h = silu(a) b");
+  m.def("rope_rows_", &rope_rows_, nogil(),
+        "x (B, H, T, Hd), out (same shape and dtype, any strides), cos, sin (T | B T, Hd) fp32, half, sign: "
+        "out <- x cos + sign rot(x) sin");
   m.def("exp_sum", &exp_sum, nogil(), "x (n,) fp32, mx -> (exp(x - mx), its sum): the attention softmax's exps");
   pybind11::class_<scratchlm::LayerSpec>(m, "LayerSpec")
       .def(pybind11::init<int64_t, int64_t, bool, torch::Tensor, torch::Tensor, torch::Tensor>(),

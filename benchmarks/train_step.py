@@ -137,10 +137,12 @@ class PeerProcess:
     def step(self, _x=None, _y=None) -> float:
         self.proc.stdin.write("step\n")
         self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"the peer process exited (code {self.proc.wait()})")
-        return float(line)
+        while True:  # the peer may print its own lines (nanoGPT prints its parameter count)
+            line = self.proc.stdout.readline()
+            if not line:
+                raise SystemExit(f"the peer process exited (code {self.proc.wait()})")
+            if line.startswith("step_s "):
+                return float(line.split()[1])
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -151,7 +153,7 @@ def peer_child(dtype: str, args, x, y) -> None:
     """--peer-child: build the pair, then one peer step per "step" line on stdin, its seconds on stdout."""
     _, peer_step, _ = build_steps(dtype, args)
     for _ in sys.stdin:
-        print(timed(peer_step, x, y), flush=True)
+        print("step_s", timed(peer_step, x, y), flush=True)
 
 
 def run_dtype(dtype: str, args, x, y) -> dict:

@@ -140,20 +140,20 @@ def check_linear_on_dequantized(kernels, type_name: str, source: str) -> None:
 def test_prompt_gemm_equals_linear_on_dequantized(kernels, type_name: str) -> None:
     """From GEMM_MIN_ROWS (9) batch rows the blocks go through block_gemm.h (x packed in 16-token tiles, W
     widened in 256-column slices, 6-row (AVX2) / 12-row (AVX-512) micro-kernels): == float64 x @ W^T within the
-    fp32 bound, for 9-40 rows (partial token tiles), 13 and 23 weight rows (remainder groups of 1, 5 and 11 rows)
-    and K over two slices (a partial one for the 32-value types); every row the same bits whatever the batch size
-    (each (token, row) sum has one fixed order)."""
+    fp32 bound, for 9-120 rows (partial token tiles; 120 x K packs its tiles on several threads), 13 and 23 weight
+    rows (remainder groups of 1, 5 and 11 rows) and K over two slices (a partial one for the 32-value types); every
+    row the same bits whatever the batch size (each (token, row) sum has one fixed order)."""
     k = 512 if GGML[type_name].block_size == 256 else 288
     for n_rows in (N, 23):
         blocks = llama_cpp_blocks(type_name, n_rows, k, seed=3)
         w = dequantize_blocks(blocks)
         g = torch.Generator().manual_seed(4)
-        x = torch.randn(40, k, generator=g) * torch.rand(40, 1, generator=g) * 4
-        got = {b: ops.linear_blocks(kernels, x[:b], blocks) for b in (9, 29, 40)}
+        x = torch.randn(120, k, generator=g) * torch.rand(120, 1, generator=g) * 4
+        got = {b: ops.linear_blocks(kernels, x[:b], blocks) for b in (9, 29, 40, 120)}
         for b, y in got.items():
             err = float((y.double() - x[:b].double() @ w.double().T).abs().max())
             assert err <= tol(x[:b], w), (n_rows, b, err, tol(x[:b], w))
-        assert torch.equal(got[40][:9], got[9]) and torch.equal(got[40][:29], got[29])
+        assert all(torch.equal(got[120][:b], got[b]) for b in (9, 29, 40))
 
 
 def test_k_quants_need_whole_super_blocks(kernels) -> None:

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "blocks.h"
+#include "parallel.h"
 #include "simd.h"
 
 namespace scratchlm {
@@ -38,6 +39,7 @@ constexpr int GEMM_R = 6;   // weight rows per micro-kernel: 6 VF accumulators (
 constexpr int64_t GEMM_KC = 256;       // K per widened slice (a multiple of every block's QK)
 constexpr int64_t GEMM_MC = 8 * GEMM_R;  // rows per widened slice: 48 (96) x 256 fp32 = 48 (96) KB (L2)
 constexpr int64_t GEMM_MIN_ROWS = 9;  // more rows than one of gemv.h's passes of 8 (RESULTS.md)
+constexpr int64_t PACK_SPLIT = 32 * 1024;  // x values from which PackedX::pack splits its tiles over threads
 
 // x (B, K) packed k-major in tiles of GEMM_NT tokens: t[(tile * K + k) * NT + lane], lanes past B zero.
 // The buffer starts on a 64-byte line: a tile's row of 16 floats is one line (two loads that never split one).
@@ -50,15 +52,25 @@ struct PackedX {
   PackedX(const PackedX&) = delete;
   PackedX& operator=(const PackedX&) = delete;
 
+  // One tile per task (on the calling thread's team when it has one): each writes its tile's lines in order,
+  // reading its 16 token rows as 16 sequential streams; pad lanes written 0 (the buffer is reused, not cleared).
   void pack(const float* x, int64_t B_, int64_t K_) {
     B = B_, K = K_, tiles = (B + GEMM_NT - 1) / GEMM_NT;
-    buf.assign(tiles * K * GEMM_NT + 16, 0.0f);
+    const size_t need = static_cast<size_t>(tiles * K * GEMM_NT + 16);
+    if (buf.size() < need) buf.resize(need);
     t = buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) / sizeof(float)) % 16) % 16;
-    for (int64_t b = 0; b < B; ++b) {
-      float* dst = t + (b / GEMM_NT) * K * GEMM_NT + b % GEMM_NT;
-      const float* src = x + b * K;
-      for (int64_t k = 0; k < K; ++k) dst[k * GEMM_NT] = src[k];
-    }
+    parallel_chunks(tiles, B * K >= PACK_SPLIT ? 1 : tiles, [&](int64_t t0, int64_t t1) {
+      for (int64_t tile = t0; tile < t1; ++tile) {
+        float* dst = t + tile * K * GEMM_NT;
+        const int64_t b0 = tile * GEMM_NT, lanes = std::min(GEMM_NT, B - b0);
+        const float* src = x + b0 * K;
+        for (int64_t k = 0; k < K; ++k) {
+          float* line = dst + k * GEMM_NT;
+          for (int64_t l = 0; l < lanes; ++l) line[l] = src[l * K + k];
+          for (int64_t l = lanes; l < GEMM_NT; ++l) line[l] = 0.0f;
+        }
+      }
+    });
   }
 };
 

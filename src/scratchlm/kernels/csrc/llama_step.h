@@ -55,6 +55,7 @@ struct LayerSpec {
 };
 
 constexpr int64_t ROPE_GLOBAL = 0, ROPE_LOCAL = 1, ROPE_NONE = -1;
+constexpr int64_t ROWS_SPLIT = 16;  // prompt rows from which the per-row work (norms, RoPE, gate) splits over threads
 
 // LlamaStep::run's work buffers (x, the residual stream; x2 its next value; xn normed; qkv, q, att; gu, f the FFN's)
 struct StepBuffers {
@@ -146,12 +147,25 @@ struct LlamaStep {
     }
   }
 
+  // fn(r0, r1) over the rows [0, R) of a prompt chunk, split over the threads from ROWS_SPLIT rows (each row's
+  // work is independent of the split: the same results on any number of threads); one call on this thread below.
+  template <typename Fn>
+  static void each_row_chunk(int64_t R, const Fn& fn) {
+    parallel_chunks(R, R >= ROWS_SPLIT ? std::max<int64_t>(4, R / 8) : R, fn);
+  }
+  template <typename Fn>
+  static void each_row(int64_t R, const Fn& fn) {
+    each_row_chunk(R, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) fn(r);
+    });
+  }
+
   void rms(const float* x, float* out, int64_t B, int64_t D) const {
-    for (int64_t b = 0; b < B; ++b) {
+    each_row(B, [&](int64_t b) {
       const float ss = dot_product(x + b * D, x + b * D, D);
       const float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
       for (int64_t i = 0; i < D; ++i) out[b * D + i] = x[b * D + i] * r;
-    }
+    });
   }
 
   // x (R, D) <- x + W(in), or x + rms(W(in)) * gain with an output norm (its gain defined); x2 is scratch.
@@ -164,11 +178,11 @@ struct LlamaStep {
     }
     w.apply(in, x2.data(), R, nullptr, scratch);
     const float* g = gain.data_ptr<float>();
-    for (int64_t r = 0; r < R; ++r) {
+    each_row(R, [&](int64_t r) {
       const float* yr = x2.data() + r * D;
       const float inv = 1.0f / std::sqrt(dot_product(yr, yr, D) / static_cast<float>(D) + eps);
       for (int64_t i = 0; i < D; ++i) x[r * D + i] += yr[i] * inv * g[i];
-    }
+    });
   }
 
   // QK-norm of one token's q and k heads (row: (H + KvH) x Hd, q heads first) with layer l's gains g:
@@ -305,21 +319,29 @@ struct LlamaStep {
       const torch::Tensor& st = sp.rope == ROPE_LOCAL ? sin_local : (use_long ? sin_long : sin);
       if (sp.pre_norm) rms(x.data(), xn.data(), R, D);
       lay[0].apply(sp.pre_norm ? xn.data() : x.data(), qkv.data(), R, nullptr, scratch);
-      for (int64_t r = 0; r < R; ++r) {
-        const int64_t b = r / C, c = r % C;
-        const float* cs = ct.data_ptr<float>() + pp[r] * P;
-        const float* sn = st.data_ptr<float>() + pp[r] * P;
-        float* row = &qkv[r * QKV];
-        if (sp.qk_gain.defined()) qk_norm(row, l);
-        if (sp.rope != ROPE_NONE)
-          for (int64_t h = 0; h < H + KvH; ++h) rope(row + h * Hd, cs, sn, tmp.data());
-        for (int64_t h = 0; h < KvH; ++h) {
-          const int64_t slot = kv.offset(l, b, h, kv.start(b) + c);
-          std::memcpy(kv.k + slot, row + (H + h) * Hd, Hd * sizeof(float));
-          std::memcpy(kv.v + slot, row + (H + KvH + h) * Hd, Hd * sizeof(float));
+      each_row_chunk(R, [&](int64_t r0, int64_t r1) {
+        std::vector<float> rot_tmp;  // a chunk's own scratch (the serial call uses the step's buffer)
+        float* tmp_row = tmp.data();
+        if (r1 - r0 < R) {
+          rot_tmp.resize(Hd);
+          tmp_row = rot_tmp.data();
         }
-        std::memcpy(&q[r * H * Hd], row, H * Hd * sizeof(float));  // the rotated q heads
-      }
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t b = r / C, c = r % C;
+          const float* cs = ct.data_ptr<float>() + pp[r] * P;
+          const float* sn = st.data_ptr<float>() + pp[r] * P;
+          float* row = &qkv[r * QKV];
+          if (sp.qk_gain.defined()) qk_norm(row, l);
+          if (sp.rope != ROPE_NONE)
+            for (int64_t h = 0; h < H + KvH; ++h) rope(row + h * Hd, cs, sn, tmp_row);
+          for (int64_t h = 0; h < KvH; ++h) {
+            const int64_t slot = kv.offset(l, b, h, kv.start(b) + c);
+            std::memcpy(kv.k + slot, row + (H + h) * Hd, Hd * sizeof(float));
+            std::memcpy(kv.v + slot, row + (H + KvH + h) * Hd, Hd * sizeof(float));
+          }
+          std::memcpy(&q[r * H * Hd], row, H * Hd * sizeof(float));  // the rotated q heads
+        }
+      });
       attend(q.data(), kv, l, att.data(), B, C, sp.window);
       residual(lay[1], att.data(), sp.attn_out_gain, x, x2, R, scratch);
       if (sp.pre_norm) rms(x.data(), xn.data(), R, D);
@@ -327,7 +349,7 @@ struct LlamaStep {
       auto& gu = buf.sized(buf.gu, R * F2);
       auto& f = buf.sized(buf.f, R * F);
       lay[2].apply(sp.pre_norm ? xn.data() : x.data(), gu.data(), R, nullptr, scratch);
-      for (int64_t r = 0; r < R; ++r) gate_row(&gu[r * F2], &gu[r * F2 + F], &f[r * F], F, act);
+      each_row(R, [&](int64_t r) { gate_row(&gu[r * F2], &gu[r * F2 + F], &f[r * F], F, act); });
       residual(lay[3], f.data(), sp.ffn_out_gain, x, x2, R, scratch);
     }
     const int64_t out_rows = all_logits ? R : B;

@@ -215,7 +215,22 @@ void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy,
     for (int64_t k0 = 0; k0 < K; k0 += GEMM_KC) {
       const int64_t kc = std::min(GEMM_KC, K - k0);
       widen_slice<Block>(w + (n0 + m0) * row_bytes, row_bytes, mc, k0, kc, wblk);
+      // the next slice's bytes (mc rows, row_bytes apart: streams the hardware prefetcher does not follow) are
+      // requested a part per token tile while the micro-kernels run on this one
+      const bool last_k = k0 + GEMM_KC >= K;
+      const int64_t nm0 = last_k ? m0 + GEMM_MC : m0, nk0 = last_k ? 0 : k0 + GEMM_KC;
+      const int64_t nmc = std::min(GEMM_MC, rows - nm0), nbytes = std::min(GEMM_KC, K - nk0) / Block::QK * Block::BYTES;
+      const uint8_t* next = w + (n0 + nm0) * row_bytes + nk0 / Block::QK * Block::BYTES;
+      auto prefetch_part = [&](int64_t j) {
+        if (nm0 >= rows) return;
+        for (int64_t r = j * nmc / tiles; r < (j + 1) * nmc / tiles; ++r)
+          for (int64_t b = 0; b < nbytes; b += 64) __builtin_prefetch(next + r * row_bytes + b, 0, 2);
+      };
       for (int64_t j = 0; j < tiles; ++j) {
+        prefetch_part(j);
+#if defined(SCRATCHLM_AVX512)
+        if (j + 1 < tiles) prefetch_part(j + 1);
+#endif
         const float* xt = xp.t + (j * K + k0) * GEMM_NT;
 #if defined(SCRATCHLM_AVX512)
         if (j + 1 < tiles) {  // two tiles at once

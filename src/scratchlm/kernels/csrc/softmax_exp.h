@@ -19,22 +19,22 @@
 namespace scratchlm {
 
 constexpr float EXP_UNDERFLOW = -87.33654f;  // below this exp(x) is 0 here (the lanes and the scalar tail alike)
+constexpr float EXP_OVERFLOW = 88.3762626647949f, EXP_LOG2E = 1.44269504088896341f;
+constexpr float EXP_C1 = 0.693359375f, EXP_C2 = -2.12194440e-4f;  // ln 2 = C1 + C2, n C1 exact
+constexpr float EXP_P[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};  // Cephes' expf, highest first
 
 #if defined(SCRATCHLM_AVX2) || defined(SCRATCHLM_AVX512)
 inline __m256 exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(EXP_UNDERFLOW), hi = _mm256_set1_ps(88.3762626647949f);
+  const __m256 lo = _mm256_set1_ps(EXP_UNDERFLOW);
   const __m256 live = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);  // below: exp underflows to 0 (and -inf, NaN-free)
-  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(EXP_OVERFLOW));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2E)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // x - n C1 (exact)
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);      // - n C2
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_C1), x);  // x - n C1 (exact)
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_C2), r);         // - n C2
+  __m256 y = _mm256_set1_ps(EXP_P[0]);
+  for (int i = 1; i < 6; ++i) y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(EXP_P[i]));
   y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), live);  // y 2^n, 0 where x underflows
@@ -44,19 +44,15 @@ inline __m256 exp8(__m256 x) {
 #if defined(SCRATCHLM_AVX512)
 // exp8's steps on 16 lanes (the same constants, the same results lane for lane)
 inline __m512 exp16(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(EXP_UNDERFLOW), hi = _mm512_set1_ps(88.3762626647949f);
+  const __m512 lo = _mm512_set1_ps(EXP_UNDERFLOW);
   const __mmask16 live = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(EXP_OVERFLOW));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(EXP_LOG2E)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_C1), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_C2), r);
+  __m512 y = _mm512_set1_ps(EXP_P[0]);
+  for (int i = 1; i < 6; ++i) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(EXP_P[i]));
   y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return _mm512_maskz_mul_ps(live, y, _mm512_castsi512_ps(e));

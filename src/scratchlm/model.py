@@ -37,10 +37,12 @@ from scratchlm.nn.rope import RotaryEmbedding
 from scratchlm.nn.softcap import softcap
 
 
-def make_norm(config: ModelConfig, dim: int) -> nn.Module:
-    """RMSNorm or LayerNorm as the config says."""
+def make_norm(config: ModelConfig, dim: int, matmul_input: bool = False) -> nn.Module:
+    """RMSNorm or LayerNorm as the config says; matmul_input: only matrix products read its output (RMSNorm may
+    then write bf16 under bf16 autocast, nn/fused_rms_norm.py)."""
     if config.norm == "rmsnorm":
-        return RMSNorm(dim, config.norm_eps, fused=config.fused_ops, unit_offset=config.norm_unit_offset)
+        return RMSNorm(dim, config.norm_eps, fused=config.fused_ops, unit_offset=config.norm_unit_offset,
+                       matmul_input=matmul_input)
     return LayerNorm(dim, config.norm_eps, bias=config.norm_bias, fused=config.fused_ops)
 
 
@@ -67,7 +69,8 @@ class Block(nn.Module):
         c, placement = config, config.norm_placement
         self.placement = placement
         self.residual_multiplier = c.residual_multiplier
-        self.input_layernorm = make_norm(c, c.d_model) if placement != "output" else None
+        pre = placement in ("pre", "sandwich")  # the norm feeds only the attention / FFN projections
+        self.input_layernorm = make_norm(c, c.d_model, matmul_input=pre) if placement != "output" else None
         self.self_attn = Attention(
             c.d_model, c.n_heads, c.n_kv_heads, c.head_dim, qkv_bias=c.qkv_bias, out_bias=c.attn_out_bias,
             qk_norm=c.qk_norm, norm_eps=c.norm_eps, rope=rope, attn_impl=c.attn_impl, fused=c.fused_ops,
@@ -76,7 +79,7 @@ class Block(nn.Module):
         )
         outputs = placement in ("sandwich", "output")
         self.attn_output_norm = make_norm(c, c.d_model) if outputs else None
-        self.post_attention_layernorm = make_norm(c, c.d_model) if placement != "output" else None
+        self.post_attention_layernorm = make_norm(c, c.d_model, matmul_input=pre) if placement != "output" else None
         self.mlp = make_ffn(c, layer_idx)
         self.moe = isinstance(self.mlp, MoE)
         self.ffn_output_norm = make_norm(c, c.d_model) if outputs else None
@@ -143,7 +146,7 @@ class Decoder(nn.Module):
         self.rotary_emb, self.rotary_emb_local = layer_ropes(config)
         self.layers = nn.ModuleList(Block(config, self.layer_rope(config, i), i) for i in range(config.n_layers))
         # post-norm blocks already end in a norm; the others need a final one
-        self.norm = make_norm(config, config.d_model) if config.norm_placement != "post" else None
+        self.norm = make_norm(config, config.d_model, matmul_input=True) if config.norm_placement != "post" else None
 
     def layer_rope(self, config: ModelConfig, i: int) -> RotaryEmbedding | None:
         """The RoPE of layer i: none on a NoPE layer, the local one on sliding-window layers when it exists,

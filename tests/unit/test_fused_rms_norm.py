@@ -47,7 +47,7 @@ def test_fused_norm_matches_float64(kernels, shape, bf16: bool) -> None:
     xr, gr = x.clone().requires_grad_(), g.clone().requires_grad_()
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         assert fr.applies(xr)
-        y = fr.fused_rms_norm(xr, gr, 1e-6)
+        y = fr.fused_rms_norm(xr, gr, 1e-6, bf16_ok=True)
     assert y.dtype == (torch.bfloat16 if bf16 else torch.float32) and y.shape == x.shape
     y.backward(dy)
     # torch's own fp32 F.rms_norm lands ~1.2e-7 from float64 on these; the fp32 parts of ours stay within 1e-6
@@ -81,10 +81,10 @@ def test_weight_gradient_same_bits_for_any_thread_count(kernels) -> None:
 
 @pytest.mark.parametrize("unit_offset", [False, True])
 def test_rmsnorm_module_under_autocast(kernels, unit_offset: bool) -> None:
-    """RMSNorm(fused) under bf16 autocast gives bf16 (the consumers' cast, made once); its gradients, weight
-    included (Gemma's 1 + w gain), match the torch form's within fp32 rounding."""
+    """RMSNorm(fused, matmul_input) under bf16 autocast gives bf16 (the consumers' cast, made once); its gradients,
+    weight included (Gemma's 1 + w gain), match the torch form's within fp32 rounding."""
     torch.manual_seed(0)
-    norm = RMSNorm(64, eps=1e-6, fused=True, unit_offset=unit_offset)
+    norm = RMSNorm(64, eps=1e-6, fused=True, unit_offset=unit_offset, matmul_input=True)
     with torch.no_grad():
         norm.weight.normal_()
     x = torch.randn(4, 9, 64, requires_grad=True)
@@ -117,3 +117,25 @@ def test_not_applied_where_it_does_not_hold(kernels) -> None:
     finally:
         fr.ENABLED = True
     assert fr.applies(torch.randn(3, 4))
+
+
+def test_norm_feeding_the_residual_stream_stays_fp32(kernels) -> None:
+    """A norm not marked matmul_input (post-norm blocks, Gemma's output norms: its output joins the fp32 residual)
+    writes fp32 under autocast too: the torch form's values. The model marks only a block's pre-norms and the final
+    norm."""
+    from scratchlm.config import get_preset
+    from scratchlm.model import TransformerLM
+
+    norm = RMSNorm(32, eps=1e-6, fused=True)
+    x = torch.randn(3, 5, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = norm(x)
+    assert y.dtype == torch.float32
+    assert float((y.double() - F.rms_norm(x.double(), (32,), norm.weight.double(), 1e-6)).abs().max()) < 1e-6
+    for placement, marked in (("pre", True), ("sandwich", True), ("post", False)):
+        model = TransformerLM(get_preset("llama-tiny", norm_placement=placement, ops_impl="fused"))
+        block = model.model.layers[0]
+        assert block.input_layernorm.matmul_input is marked and block.post_attention_layernorm.matmul_input is marked
+        if placement == "sandwich":
+            assert not block.attn_output_norm.matmul_input and not block.ffn_output_norm.matmul_input
+        assert model.model.norm is None or model.model.norm.matmul_input

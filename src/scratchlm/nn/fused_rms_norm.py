@@ -3,10 +3,12 @@
     forward    r = 1 / sqrt(mean(x^2) + eps)      y = x r g                 (fp32 math, y in the output dtype)
     backward   u = dy g      dx = r (u - x r^2 mean(u x))      dg = sum over rows of dy x r
 
-The output dtype is bf16 inside a CPU bf16 autocast region, else x's: under autocast the norm's consumers
-(q / k / v, gate / up) would each cast an fp32 output to bf16 anyway, and those casts plus their gradients'
-casts back cost as much as the norm (torch's eager F.rms_norm is ~10 passes over the rows); rounding once here
-gives the consumers the same bf16 values. The one difference from autocast over an fp32 norm: the consumers'
+The output dtype is bf16 inside a CPU bf16 autocast region for a norm whose output only matrix products read
+(bf16_ok: RMSNorm.matmul_input, a block's pre-norms and the final norm), else x's: under autocast those
+consumers (q / k / v, gate / up, the head) would each cast an fp32 output to bf16 anyway, and those casts plus
+their gradients' casts back cost as much as the norm (torch's eager F.rms_norm is ~10 passes over the rows);
+rounding once here gives the consumers the same bf16 values. A norm whose output joins the residual stream
+(post-norm blocks, Gemma's output norms) keeps fp32. The one difference from autocast over an fp32 norm: the consumers'
 gradients (bf16, from their bf16 products) are summed in bf16 by autograd before they reach this backward,
 where autocast sums their fp32 casts (two more roundings of 2^-9 relative; tests bound both against float64).
 Applies eagerly only (torch.compile traces the torch form and fuses it itself), with the kernels built, to fp32
@@ -57,6 +59,7 @@ class FusedRMSNorm(torch.autograd.Function):
         return dx.view(ctx.shape), dg, None, None
 
 
-def fused_rms_norm(x: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm of x (..., D) fp32 with gain g (D,) fp32 (callers check `applies`), in `output_dtype(x)`."""
-    return FusedRMSNorm.apply(x, g.float(), eps, output_dtype(x) == torch.bfloat16)
+def fused_rms_norm(x: torch.Tensor, g: torch.Tensor, eps: float, bf16_ok: bool = False) -> torch.Tensor:
+    """RMSNorm of x (..., D) fp32 with gain g (D,) fp32 (callers check `applies`): in `output_dtype(x)` when
+    bf16_ok (only matrix products read the output), else in fp32."""
+    return FusedRMSNorm.apply(x, g.float(), eps, bf16_ok and output_dtype(x) == torch.bfloat16)

@@ -36,13 +36,15 @@ class FusedRope(torch.autograd.Function):
         native().rope_rows_(x, y, cos, sin, half, 1.0)
         ctx.save_for_backward(cos, sin)
         ctx.half = half
-        ctx.like = torch.empty_like(x)  # x's layout for dx (a projection's transposed view stays one)
+        # dx in x's layout (a projection's transposed view stays one), allocated when the backward runs
+        ctx.layout = (x.shape, torch.empty_like(x, device="meta").stride(), x.dtype, x.device)
         return y
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
         cos, sin = ctx.saved_tensors
-        dx, ctx.like = ctx.like, None
+        shape, stride, dtype, device = ctx.layout
+        dx = torch.empty_strided(shape, stride, dtype=dtype, device=device)  # empty_like's strides
         if dy.stride(-1) != 1:
             dy = dy.contiguous()
         native().rope_rows_(dy.to(dx.dtype), dx, cos, sin, ctx.half, -1.0)

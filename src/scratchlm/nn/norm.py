@@ -10,8 +10,9 @@ BatchNorm1d (training): per channel c over batch (and length) dims,
 RMSNorm and LayerNorm compute in fp32 and cast the result back to the input dtype (bf16-safe).
 fused=True (ModelConfig.ops_impl="fused") computes the same through torch's fused F.rms_norm /
 F.layer_norm kernels (one op instead of five; equality tested in tests/unit/test_fused_ops.py); an eager fp32
-RMSNorm on the CPU runs as one C++ pass each way instead, its output in bf16 under bf16 autocast
-(nn/fused_rms_norm.py).
+RMSNorm on the CPU runs as one C++ pass each way instead (nn/fused_rms_norm.py), its output in bf16 under bf16
+autocast when the norm is marked `matmul_input` (only matrix products read it, which would cast it to bf16
+anyway: a block's pre-norms, the final norm; never a norm whose output joins the residual stream).
 Shapes: RMSNorm/LayerNorm normalise the last dim D; BatchNorm1d takes (B, C) or (B, C, L).
 """
 
@@ -30,12 +31,14 @@ class RMSNorm(nn.Module):
     unit_offset=True stores the gain as g = 1 + w (Gemma): w starts at 0, so weight decay pulls the gain
     towards 1, not 0."""
 
-    def __init__(self, dim: int, eps: float = 1e-6, fused: bool = False, unit_offset: bool = False) -> None:
+    def __init__(self, dim: int, eps: float = 1e-6, fused: bool = False, unit_offset: bool = False,
+                 matmul_input: bool = False) -> None:
         super().__init__()
         self.dim = dim
         self.eps = eps
         self.fused = fused
         self.unit_offset = unit_offset
+        self.matmul_input = matmul_input  # only matrix products read the output (see the module docstring)
         self.weight = nn.Parameter(torch.zeros(dim) if unit_offset else torch.ones(dim))
 
     def gain(self) -> torch.Tensor:
@@ -44,7 +47,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused and fused_rms.applies(x):
-            return fused_rms.fused_rms_norm(x, self.gain(), self.eps)
+            return fused_rms.fused_rms_norm(x, self.gain(), self.eps, bf16_ok=self.matmul_input)
         x32 = x.float()
         if self.fused:
             return F.rms_norm(x32, (self.dim,), self.gain(), self.eps).to(x.dtype)

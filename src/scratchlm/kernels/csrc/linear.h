@@ -97,7 +97,7 @@ struct Linear {
     px.reset();
     for (const auto& p : parts) p.prepare(x, B, px);
     // one parallel region over all rows: each thread runs the parts its rows fall in
-    parallel_chunks(N, row_chunk(N, bytes() / std::max<int64_t>(N, 1)), [&](int64_t n0, int64_t n1) {
+    parallel_chunks(N, row_chunk(N, bytes() / std::max<int64_t>(N, 1) * B), [&](int64_t n0, int64_t n1) {
       for (size_t i = 0; i < parts.size(); ++i) {
         const int64_t s = starts[i], lo = std::max(n0, s), hi = std::min(n1, s + parts[i].N);
         if (lo < hi) parts[i].range(x, y + s, B, residual ? residual + s : nullptr, lo - s, hi - s, px);

@@ -196,7 +196,7 @@ struct MatrixRef {
     PreparedX& px = prepared_x();
     px.reset();
     prepare(x, B, px);
-    parallel_chunks(N, row_chunk(N, row_bytes()),
+    parallel_chunks(N, row_chunk(N, row_bytes() * B),  // chunks by work: B tokens per row read
                     [&](int64_t n0, int64_t n1) { range(x, y, B, residual, n0, n1, px); });
   }
 

@@ -56,6 +56,14 @@ inline void store_bf16(const float* v, float mul, uint16_t* out, int64_t n, floa
   for (; i < n; ++i) out[i] = bf16_rne(v[i] * mul - sub);
 }
 
+// n values of x (fp32 or bf16) as fp32 into out / n fp32 values v into out in its dtype (bf16: nearest even)
+inline void widen_tile(const float* x, float* out, int64_t n) { std::memcpy(out, x, n * sizeof(float)); }
+inline void widen_tile(const uint16_t* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_f32(x[i]);
+}
+inline void store_tile(const float* v, float* out, int64_t n) { std::memcpy(out, v, n * sizeof(float)); }
+inline void store_tile(const float* v, uint16_t* out, int64_t n) { store_bf16(v, 1.0f, out, n); }
+
 inline float load_f32(const float* x, int64_t i) { return x[i]; }
 inline float load_f32(const uint16_t* x, int64_t i) { return bf16_f32(x[i]); }
 

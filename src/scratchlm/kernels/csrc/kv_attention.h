@@ -27,21 +27,6 @@ inline void prefetch_row(const float* p, int64_t n) {
   for (int64_t j = 0; j < n; j += 16) prefetch(p + j);
 }
 
-// a . b over n floats (16-lane partial sums, simd.h: a scalar fp32 loop is one long dependency chain the
-// compiler may not reorder).
-inline float dot_product(const float* a, const float* b, int64_t n) {
-  int64_t j = 0;
-  VF acc0 = vzero(), acc1 = vzero();
-  for (; j + 32 <= n; j += 32) {
-    acc0 = vfma(vload(a + j), vload(b + j), acc0);
-    acc1 = vfma(vload(a + j + 16), vload(b + j + 16), acc1);
-  }
-  for (; j + 16 <= n; j += 16) acc0 = vfma(vload(a + j), vload(b + j), acc0);
-  float tail = vsum(vadd(acc0, acc1));
-  for (; j < n; ++j) tail += a[j] * b[j];
-  return tail;
-}
-
 // Where layer l's K/V live, token slot t of batch row b, KV head h (Hd floats each), two ways:
 // ContiguousKV  the KVCache (L, B, KvH, T_max, Hd): every row's chunk starts at slot s; key_mask (B, s + C)
 //               hides padded slots.

@@ -59,7 +59,7 @@ constexpr int64_t ROWS_SPLIT = 16;  // prompt rows from which the per-row work (
 
 // LlamaStep::run's work buffers (x, the residual stream; x2 its next value; xn normed; qkv, q, att; gu, f the FFN's)
 struct StepBuffers {
-  std::vector<float> x, x2, xn, qkv, q, att, gu, f, tmp, scratch;
+  std::vector<float> x, x2, xn, qkv, q, att, gu, f, scratch;
   // v with room for n values (its contents are not kept meaningful: every user writes before it reads)
   static std::vector<float>& sized(std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(n);
@@ -201,16 +201,16 @@ struct LlamaStep {
     }
   }
 
-  // v (Hd) <- v * cos + rot(v) * sin at one position, over its first P dims (the tables' width; the rest pass).
-  void rope(float* v, const float* c, const float* s, float* tmp) const {
+  // v (Hd) <- v * cos + rot(v) * sin at one position, over its first P dims (the tables' width; the rest pass):
+  // each pair (a, b) of the style in place, a' = a cos - b sin, b' = b cos + a sin.
+  void rope(float* v, const float* c, const float* s) const {
     const int64_t P = cos.size(1), half = P / 2;
-    for (int64_t j = 0; j < P; ++j) {
-      float r;
-      if (half_style) r = j < half ? -v[j + half] : v[j - half];
-      else r = (j % 2 == 0) ? -v[j + 1] : v[j - 1];
-      tmp[j] = v[j] * c[j] + r * s[j];
+    for (int64_t j = 0; j < half; ++j) {
+      const int64_t i = half_style ? j : 2 * j, k = half_style ? j + half : 2 * j + 1;
+      const float a = v[i], b = v[k];
+      v[i] = a * c[i] + -b * s[i];
+      v[k] = b * c[k] + a * s[k];
     }
-    std::memcpy(v, tmp, P * sizeof(float));
   }
 
   template <typename KV>
@@ -299,7 +299,6 @@ struct LlamaStep {
     auto& qkv = buf.sized(buf.qkv, R * QKV);
     auto& q = buf.sized(buf.q, R * H * Hd);
     auto& att = buf.sized(buf.att, R * H * Hd);
-    auto& tmp = buf.sized(buf.tmp, Hd);
     auto& scratch = buf.scratch;
     for (int64_t r = 0; r < R; ++r) {
       TORCH_CHECK(tp[r] >= 0 && tp[r] < V, "token id ", tp[r], " out of range");
@@ -320,12 +319,6 @@ struct LlamaStep {
       if (sp.pre_norm) rms(x.data(), xn.data(), R, D);
       lay[0].apply(sp.pre_norm ? xn.data() : x.data(), qkv.data(), R, nullptr, scratch);
       each_row_chunk(R, [&](int64_t r0, int64_t r1) {
-        std::vector<float> rot_tmp;  // a chunk's own scratch (the serial call uses the step's buffer)
-        float* tmp_row = tmp.data();
-        if (r1 - r0 < R) {
-          rot_tmp.resize(Hd);
-          tmp_row = rot_tmp.data();
-        }
         for (int64_t r = r0; r < r1; ++r) {
           const int64_t b = r / C, c = r % C;
           const float* cs = ct.data_ptr<float>() + pp[r] * P;
@@ -333,7 +326,7 @@ struct LlamaStep {
           float* row = &qkv[r * QKV];
           if (sp.qk_gain.defined()) qk_norm(row, l);
           if (sp.rope != ROPE_NONE)
-            for (int64_t h = 0; h < H + KvH; ++h) rope(row + h * Hd, cs, sn, tmp_row);
+            for (int64_t h = 0; h < H + KvH; ++h) rope(row + h * Hd, cs, sn);
           for (int64_t h = 0; h < KvH; ++h) {
             const int64_t slot = kv.offset(l, b, h, kv.start(b) + c);
             std::memcpy(kv.k + slot, row + (H + h) * Hd, Hd * sizeof(float));

@@ -5,11 +5,11 @@
 //              dg_j = sum_i dy_ij x_ij r_i
 //
 // x (rows, D) fp32, g (D,) fp32; y rounds once to bf16 (nearest even, as torch's .to(torch.bfloat16)) when it is
-// bf16: what a bf16 autocast Linear would make of the fp32 norm output. The sums run in 16 fp32 lanes and then
-// across them. dg is summed over NORM_PARTS fixed row ranges, then those partials in order: the same bits for
-// any number of threads (the trainers' resume guarantee). torch's eager F.rms_norm and its autograd take about
-// ten passes over (rows, D) plus a cast per consumer; under bf16 autocast those casts and their gradients cost
-// as much as the norm itself (benchmarks/RESULTS.md, issue #26).
+// bf16: what a bf16 autocast Linear would make of the fp32 norm output. The row sums are simd.h's dot_product. dg
+// is summed over NORM_PARTS fixed row ranges, then those partials in order: the same bits for any number of threads
+// (the trainers' resume guarantee). torch's eager F.rms_norm and its autograd take about ten passes over (rows, D)
+// plus a cast per consumer; under bf16 autocast those casts and their gradients cost as much as the norm itself
+// (benchmarks/RESULTS.md, issue #26).
 
 #pragma once
 
@@ -21,34 +21,21 @@
 #include <vector>
 
 #include "causal_softmax.h"
+#include "simd.h"
 
 namespace scratchlm {
 
-constexpr int64_t NORM_LANES = 16;
 constexpr int64_t NORM_PARTS = 16;
 
 inline void store_value(float* out, int64_t j, float v) { out[j] = v; }
 inline void store_value(uint16_t* out, int64_t j, float v) { out[j] = bf16_rne(v); }
-
-// sum_j a_j b_j over j < D in NORM_LANES lanes, then the lanes in order
-template <typename A>
-inline float lane_dot(const A* a, const float* b, int64_t D) {
-  float acc[NORM_LANES] = {};
-  int64_t j = 0;
-  for (; j + NORM_LANES <= D; j += NORM_LANES)
-    for (int64_t l = 0; l < NORM_LANES; ++l) acc[l] += load_f32(a, j + l) * b[j + l];
-  for (; j < D; ++j) acc[j % NORM_LANES] += load_f32(a, j) * b[j];
-  float s = 0.f;
-  for (int64_t l = 0; l < NORM_LANES; ++l) s += acc[l];
-  return s;
-}
 
 template <typename Out>
 void rms_norm_rows(const float* x, const float* g, float eps, Out* y, float* rstd, int64_t rows, int64_t D) {
   at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * D;
-      const float rs = 1.f / std::sqrt(lane_dot(xr, xr, D) / static_cast<float>(D) + eps);
+      const float rs = 1.f / std::sqrt(dot_product(xr, xr, D) / static_cast<float>(D) + eps);
       rstd[r] = rs;
       Out* yr = y + r * D;
       for (int64_t j = 0; j < D; ++j) store_value(yr, j, xr[j] * rs * g[j]);
@@ -74,7 +61,7 @@ void rms_norm_rows_grad(const float* x, const float* g, const float* rstd, const
           u[j] = d * g[j];
           dgp[j] += d * (xr[j] * rs);
         }
-        const float c = rs * rs * lane_dot(u.data(), xr, D) / static_cast<float>(D);
+        const float c = rs * rs * dot_product(u.data(), xr, D) / static_cast<float>(D);
         float* dxr = dx + r * D;
         for (int64_t j = 0; j < D; ++j) dxr[j] = rs * (u[j] - xr[j] * c);
       }

@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-#include "silu_gate.h"
+#include "causal_softmax.h"
 
 namespace scratchlm {
 

@@ -25,13 +25,6 @@ namespace scratchlm {
 
 constexpr int64_t GATE_TILE = 256;
 
-inline void widen_tile(const float* x, float* out, int64_t n) { std::memcpy(out, x, n * sizeof(float)); }
-inline void widen_tile(const uint16_t* x, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = bf16_f32(x[i]);
-}
-inline void store_tile(const float* v, float* out, int64_t n) { std::memcpy(out, v, n * sizeof(float)); }
-inline void store_tile(const float* v, uint16_t* out, int64_t n) { store_bf16(v, 1.0f, out, n); }
-
 // s[i] = 1 / (1 + exp(-a[i])) for i < n
 inline void sigmoid_tile(const float* a, float* s, int64_t n) {
   int64_t i = 0;

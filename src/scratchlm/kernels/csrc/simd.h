@@ -339,5 +339,20 @@ inline VF bf16_f(const uint8_t* p) {
 }
 #endif
 
+// a . b over n floats (16-lane partial sums: a scalar fp32 loop is one long dependency chain the
+// compiler may not reorder).
+inline float dot_product(const float* a, const float* b, int64_t n) {
+  int64_t j = 0;
+  VF acc0 = vzero(), acc1 = vzero();
+  for (; j + 32 <= n; j += 32) {
+    acc0 = vfma(vload(a + j), vload(b + j), acc0);
+    acc1 = vfma(vload(a + j + 16), vload(b + j + 16), acc1);
+  }
+  for (; j + 16 <= n; j += 16) acc0 = vfma(vload(a + j), vload(b + j), acc0);
+  float tail = vsum(vadd(acc0, acc1));
+  for (; j < n; ++j) tail += a[j] * b[j];
+  return tail;
+}
+
 }  // namespace scratchlm
 

@@ -134,7 +134,7 @@ class PeerProcess:
         self.proc = subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--peer-child", dtype],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    def step(self, _x=None, _y=None) -> float:
+    def step(self) -> float:
         self.proc.stdin.write("step\n")
         self.proc.stdin.flush()
         while True:  # the peer may print its own lines (nanoGPT prints its parameter count)

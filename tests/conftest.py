@@ -39,6 +39,18 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(scope="session")
+def kernels():
+    """The compiled kernel module; skips the test where it cannot be built (no C++ compiler) or is switched off
+    (SCRATCHLM_KERNELS=0): there the fast paths' `applies` is False and the torch paths run (tested on their own)."""
+    from scratchlm.kernels.build import native
+
+    mod = native()
+    if mod is None:
+        pytest.skip("no C++ compiler / SCRATCHLM_KERNELS=0: the native kernels are not built")
+    return mod
+
+
 @pytest.fixture
 def one_torch_thread():
     """Run a test on one torch thread (tiny models are fastest so, and 2 shared cores do not thrash)."""

@@ -34,14 +34,6 @@ from tests.kernels.test_gguf_types_decode import NAMES, gguf_model
 from tests.quant.ggml_c_lib import libggml
 
 
-@pytest.fixture(scope="module")
-def kernels():
-    mod = native()
-    if mod is None:
-        pytest.skip("no C++ compiler / SCRATCHLM_KERNELS=0: the pure-torch path is tested below")
-    return mod
-
-
 def activations(b: int, k: int, seed: int = 0) -> torch.Tensor:
     """Rows of very different scales, an all-zero block, a block whose largest |x| is negative, and ties
     (the block's largest |x| is -127 or 127, so x * iscale = -x or x and the others are k + 0.5)."""

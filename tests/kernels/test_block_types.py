@@ -37,14 +37,6 @@ F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": 
 N = 13  # odd: row tiles and a remainder
 
 
-@pytest.fixture(scope="module")
-def kernels():
-    mod = native()
-    if mod is None:
-        pytest.skip("no C++ compiler / SCRATCHLM_KERNELS=0: the pure-torch path is tested below")
-    return mod
-
-
 def width(type_name: str) -> int:
     """K: two blocks of a K-quant, nine 32-blocks (gemv_centered.h's group of 8 and a partial one), 48 dense
     values (not a multiple of 32)."""

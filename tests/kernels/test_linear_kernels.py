@@ -22,14 +22,6 @@ from scratchlm.quant.quantize import quantize_blocks
 
 
 
-@pytest.fixture(scope="module")
-def kernels():
-    mod = native()
-    if mod is None:
-        pytest.skip("no C++ compiler / SCRATCHLM_KERNELS=0: the pure-torch paths are tested below")
-    return mod
-
-
 def reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (x.double() @ w.double().T).float()
 

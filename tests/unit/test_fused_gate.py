@@ -10,17 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from scratchlm.kernels.build import native
 from scratchlm.nn import fused_gate as fg
 from scratchlm.nn.ffn import SwiGLU
-
-
-@pytest.fixture(scope="module")
-def kernels():
-    mod = native()
-    if mod is None:
-        pytest.skip("no C++ compiler / SCRATCHLM_KERNELS=0: GLU keeps torch's silu and multiply (applies is False)")
-    return mod
 
 
 def float64_gate(a: torch.Tensor, b: torch.Tensor, dh: torch.Tensor):

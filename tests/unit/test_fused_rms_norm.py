@@ -10,17 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from scratchlm.kernels.build import native
 from scratchlm.nn import fused_rms_norm as fr
 from scratchlm.nn.norm import RMSNorm
-
-
-@pytest.fixture(scope="module")
-def kernels():
-    mod = native()
-    if mod is None:
-        pytest.skip("no C++ compiler / SCRATCHLM_KERNELS=0: RMSNorm keeps torch's F.rms_norm (applies is False)")
-    return mod
 
 
 def float64_norm(x: torch.Tensor, g: torch.Tensor, dy: torch.Tensor, eps: float):

@@ -9,17 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from scratchlm.kernels.build import native
 from scratchlm.nn import fused_rope as fro
 from scratchlm.nn.rope import RotaryEmbedding
-
-
-@pytest.fixture(scope="module")
-def kernels():
-    mod = native()
-    if mod is None:
-        pytest.skip("no C++ compiler / SCRATCHLM_KERNELS=0: RoPE keeps the torch form (applies is False)")
-    return mod
 
 
 def float64_rope(x: torch.Tensor, pos: torch.Tensor, d: int, base: float, style: str) -> torch.Tensor:

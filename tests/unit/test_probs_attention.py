@@ -12,17 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from scratchlm.kernels.build import native
 from scratchlm.nn import probs_attention as pa
 from scratchlm.nn.attention import Attention
-
-
-@pytest.fixture(scope="module")
-def kernels():
-    mod = native()
-    if mod is None:
-        pytest.skip("no C++ compiler / SCRATCHLM_KERNELS=0: sdpa_attention keeps torch's kernel (applies is False)")
-    return mod
 
 
 def causal(t: int) -> torch.Tensor:

@@ -42,6 +42,12 @@ struct ContiguousKV {
     for (int64_t t = t0, o = offset(l, b, h, t0); t < t1; ++t, o += Hd) out[t - t0] = o;
   }
   int64_t start(int64_t) const { return s; }
+  // the same cache with every row's next token d slots later (a chunk's last token: d = C - 1)
+  ContiguousKV shifted(int64_t d, int64_t, std::vector<int64_t>&) const {
+    ContiguousKV o = *this;
+    o.s += d;
+    return o;
+  }
   bool hidden(int64_t b, int64_t t) const { return mask && !mask[b * SC + t]; }
   bool any_hidden() const { return mask != nullptr; }
 };
@@ -62,6 +68,14 @@ struct PagedKV {
     }
   }
   int64_t start(int64_t b) const { return lengths[b]; }
+  // the same pool with each of the B rows' next token d slots later (lengths + d, held in store)
+  PagedKV shifted(int64_t d, int64_t B, std::vector<int64_t>& store) const {
+    store.resize(B);
+    for (int64_t b = 0; b < B; ++b) store[b] = lengths[b] + d;
+    PagedKV o = *this;
+    o.lengths = store.data();
+    return o;
+  }
   bool hidden(int64_t, int64_t) const { return false; }
   bool any_hidden() const { return false; }
 };

@@ -60,6 +60,7 @@ constexpr int64_t ROWS_SPLIT = 16;  // prompt rows from which the per-row work (
 // LlamaStep::run's work buffers (x, the residual stream; x2 its next value; xn normed; qkv, q, att; gu, f the FFN's)
 struct StepBuffers {
   std::vector<float> x, x2, xn, qkv, q, att, gu, f, scratch;
+  std::vector<int64_t> starts;  // a paged cache's lengths moved to each row's last token
   // v with room for n values (its contents are not kept meaningful: every user writes before it reads)
   static std::vector<float>& sized(std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(n);
@@ -316,38 +317,48 @@ struct LlamaStep {
       const LayerSpec& sp = specs[l];
       const torch::Tensor& ct = sp.rope == ROPE_LOCAL ? cos_local : (use_long ? cos_long : cos);
       const torch::Tensor& st = sp.rope == ROPE_LOCAL ? sin_local : (use_long ? sin_long : sin);
+      // the last layer when only each row's last token reaches the head: every token's K / V go to the cache, the
+      // rest of the layer (attention, output projection, FFN) runs on the B last tokens alone (llama.cpp skips the
+      // same rows); a row's sums do not depend on which other rows share the call, so its logits are unchanged
+      const bool last_only = l == L - 1 && C > 1 && !all_logits;
       if (sp.pre_norm) rms(x.data(), xn.data(), R, D);
       lay[0].apply(sp.pre_norm ? xn.data() : x.data(), qkv.data(), R, nullptr, scratch);
       each_row_chunk(R, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
           const int64_t b = r / C, c = r % C;
+          const bool keep_q = !last_only || c == C - 1;
           const float* cs = ct.data_ptr<float>() + pp[r] * P;
           const float* sn = st.data_ptr<float>() + pp[r] * P;
           float* row = &qkv[r * QKV];
           if (sp.qk_gain.defined()) qk_norm(row, l);
           if (sp.rope != ROPE_NONE)
-            for (int64_t h = 0; h < H + KvH; ++h) rope(row + h * Hd, cs, sn);
+            for (int64_t h = keep_q ? 0 : H; h < H + KvH; ++h) rope(row + h * Hd, cs, sn);
           for (int64_t h = 0; h < KvH; ++h) {
             const int64_t slot = kv.offset(l, b, h, kv.start(b) + c);
             std::memcpy(kv.k + slot, row + (H + h) * Hd, Hd * sizeof(float));
             std::memcpy(kv.v + slot, row + (H + KvH + h) * Hd, Hd * sizeof(float));
           }
-          std::memcpy(&q[r * H * Hd], row, H * Hd * sizeof(float));  // the rotated q heads
+          if (keep_q) std::memcpy(&q[(last_only ? b : r) * H * Hd], row, H * Hd * sizeof(float));  // rotated q heads
         }
       });
-      attend(q.data(), kv, l, att.data(), B, C, sp.window);
-      residual(lay[1], att.data(), sp.attn_out_gain, x, x2, R, scratch);
-      if (sp.pre_norm) rms(x.data(), xn.data(), R, D);
+      int64_t rows = R;  // the rows that go on through the layer
+      if (last_only) {
+        for (int64_t b = 0; b < B; ++b) std::memcpy(&x[b * D], &x[(b * C + C - 1) * D], D * sizeof(float));
+        attend(q.data(), kv.shifted(C - 1, B, buf.starts), l, att.data(), B, 1, sp.window);
+        rows = B;
+      } else {
+        attend(q.data(), kv, l, att.data(), B, C, sp.window);
+      }
+      residual(lay[1], att.data(), sp.attn_out_gain, x, x2, rows, scratch);
+      if (sp.pre_norm) rms(x.data(), xn.data(), rows, D);
       const int64_t F2 = lay[2].N, F = F2 / 2;
-      auto& gu = buf.sized(buf.gu, R * F2);
-      auto& f = buf.sized(buf.f, R * F);
-      lay[2].apply(sp.pre_norm ? xn.data() : x.data(), gu.data(), R, nullptr, scratch);
-      each_row(R, [&](int64_t r) { gate_row(&gu[r * F2], &gu[r * F2 + F], &f[r * F], F, act); });
-      residual(lay[3], f.data(), sp.ffn_out_gain, x, x2, R, scratch);
+      auto& gu = buf.sized(buf.gu, rows * F2);
+      auto& f = buf.sized(buf.f, rows * F);
+      lay[2].apply(sp.pre_norm ? xn.data() : x.data(), gu.data(), rows, nullptr, scratch);
+      each_row(rows, [&](int64_t r) { gate_row(&gu[r * F2], &gu[r * F2 + F], &f[r * F], F, act); });
+      residual(lay[3], f.data(), sp.ffn_out_gain, x, x2, rows, scratch);
     }
-    const int64_t out_rows = all_logits ? R : B;
-    if (C > 1 && !all_logits)  // each row's last token to the front: the head runs on those B rows only
-      for (int64_t b = 0; b < B; ++b) std::memcpy(&x[b * D], &x[(b * C + C - 1) * D], D * sizeof(float));
+    const int64_t out_rows = all_logits ? R : B;  // the last layer left each row's last token at row b (C > 1)
     rms(x.data(), xn.data(), out_rows, D);
     auto logits = torch::empty({out_rows, head.N}, cos.options());
     head.apply(xn.data(), logits.data_ptr<float>(), out_rows, nullptr, scratch);

@@ -157,9 +157,10 @@ def test_k_quants_need_whole_super_blocks(kernels) -> None:
 
 
 def mixed_parts(seed: int = 0) -> tuple[GGMLBlocks, ...]:
-    """Row parts of one 512-wide matrix in five types (as a GGUF's q / k / v ... mix them)."""
+    """Row parts of one 512-wide matrix in five types (as a GGUF's q / k / v ... mix them); the first has 37 rows,
+    so a prompt GEMM stores it 16 rows at a time (two register transposes) and 5 one by one."""
     types = ("Q4_K", "Q6_K", "Q5_0", "F32", "IQ4_XS")
-    return tuple(llama_cpp_blocks(t, 5 + i, 512, seed + i) for i, t in enumerate(types))
+    return tuple(llama_cpp_blocks(t, 37 if i == 0 else 5 + i, 512, seed + i) for i, t in enumerate(types))
 
 
 @pytest.mark.parametrize("native_on", [True, False])
@@ -178,7 +179,7 @@ def test_packed_linear_over_parts_of_every_kind(monkeypatch, native_on: bool) ->
     assert (lin.native is not None) == native_on and lin.blocks is None and len(lin.parts) == 5
     w = torch.cat([dequantize_blocks(p) for p in parts])
     assert torch.equal(lin.dequantized(), w * in_scale[None, :] * out_scale[:, None])
-    for b in (1, 3, 8, 9):  # 9: the block parts through block_gemm.h, the F32 part through the GEMV
+    for b in (1, 3, 8, 9, 33):  # 9, 33: the block parts through block_gemm.h (scale, bias, residual as y lands)
         x = torch.randn(b, 512, generator=g)
         ref = (F.linear((x * in_scale).double(), w.double()) * out_scale.double() + bias.double()).float()
         atol = tol(x * in_scale, w) * float(out_scale.max()) + 1e-6

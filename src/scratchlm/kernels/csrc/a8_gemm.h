@@ -142,18 +142,20 @@ inline void a8_unpack_slice(const uint8_t* w, int64_t row_bytes, int64_t rows, i
     }
 }
 
-// y[b * ldy + n] = round(x)[b] . W[n] for n in [n0, n1), every b < xp.B.
-template <typename Block>
-void a8_gemm_rows(const PackedA8& xp, const uint8_t* w, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+// y[b * ldy + n] = round(x)[b] . W[n] for n in [n0, n1), every b < xp.B, then fin(b, lo, hi) on each row block's
+// values as they land (block_gemm.h's store_block).
+template <typename Block, typename Fin>
+void a8_gemm_rows(const PackedA8& xp, const uint8_t* w, float* y, int64_t ldy, int64_t n0, int64_t n1,
+                  const Fin& fin) {
   const int64_t K = xp.K, tiles = xp.tiles, rows = n1 - n0, nblk = K / Block::QK, ng = K / 16;
   const int64_t row_bytes = nblk * Block::BYTES;
   alignas(64) thread_local uint8_t wq[A8G_MC * A8G_KC];
   alignas(64) thread_local float ws[A8G_MC * A8G_KC / 16], wt[A8G_MC * A8G_KC / 16];
-  thread_local std::vector<float> acc;  // (row group, tile, A8G_R, 16)
-  const int64_t groups = (rows + A8G_R - 1) / A8G_R;
-  acc.assign(groups * tiles * A8G_R * 16, 0.0f);
+  thread_local std::vector<float> acc;  // one row block's (row group, tile, A8G_R, 16)
+  if (acc.size() < static_cast<size_t>(A8G_MC * tiles * 16)) acc.resize(A8G_MC * tiles * 16);
   for (int64_t m0 = 0; m0 < rows; m0 += A8G_MC) {
     const int64_t mc = std::min(A8G_MC, rows - m0);
+    std::fill(acc.begin(), acc.begin() + (mc + A8G_R - 1) / A8G_R * A8G_R * tiles * 16, 0.0f);
     for (int64_t k0 = 0; k0 < K; k0 += A8G_KC) {
       const int64_t kc = std::min(A8G_KC, K - k0);
       a8_unpack_slice<Block>(w + (n0 + m0) * row_bytes, row_bytes, mc, k0, kc, wq, ws, wt);
@@ -162,15 +164,15 @@ void a8_gemm_rows(const PackedA8& xp, const uint8_t* w, float* y, int64_t ldy, i
         const float* d = xp.d.data() + (j * nblk + k0 / Block::QK) * 16;
         const float* xs = xp.xs.data() + (j * ng + k0 / 16) * 16;
         for (int64_t g = 0; g < mc; g += A8G_R) {
-          float* c = acc.data() + (((m0 + g) / A8G_R) * tiles + j) * A8G_R * 16;
+          float* c = acc.data() + ((g / A8G_R) * tiles + j) * A8G_R * 16;
           const int r = static_cast<int>(std::min<int64_t>(A8G_R, mc - g));
           a8_gemm_micro_rows<Block::QK>(r, wq + g * A8G_KC, ws + g * (A8G_KC / 16), wt + g * (A8G_KC / 16), xq, d, xs,
                                         kc, c);
         }
       }
     }
+    store_block<A8G_R>(acc.data(), mc, tiles, xp.B, y, ldy, n0 + m0, fin);
   }
-  store_tiles<A8G_R>(acc.data(), rows, tiles, xp.B, y, ldy, n0);
 }
 #endif
 

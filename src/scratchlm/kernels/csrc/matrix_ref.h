@@ -213,6 +213,7 @@ struct MatrixRef {
     const int64_t L = ldy();
     const auto* bytes = static_cast<const uint8_t*>(data);
     const Fixed24X* one_row = fixed24(B) ? fixed : (fixed8(B) ? &px.fixed8 : nullptr);
+    auto fin = [&](int64_t b, int64_t lo, int64_t hi) { finish_row(y, b, lo, hi, residual); };  // the GEMMs' rows
     if (B == 1 && one_row != nullptr && one_row->K == K) {  // prepared by the caller: the switch may move
       visit_blocks(format, [&](auto blk) {
         if constexpr (has_fixed24<decltype(blk)>()) fixed24_rows<decltype(blk)>(*one_row, bytes, y, n0, n1);
@@ -229,15 +230,12 @@ struct MatrixRef {
     }
 #if defined(SCRATCHLM_VNNI)
     if (a8_gemm(B) && a8 != nullptr && a8->B == B) {
-      visit_blocks(format, [&](auto blk) { a8_gemm_rows<decltype(blk)>(*a8, bytes, y, L, n0, n1); });
-      for (int64_t b = 0; b < B; ++b) finish_row(y, b, n0, n1, residual);
+      visit_blocks(format, [&](auto blk) { a8_gemm_rows<decltype(blk)>(*a8, bytes, y, L, n0, n1, fin); });
       return;
     }
 #endif
     if (gemm(B)) {
-      visit_blocks(format, [&](auto blk) { gemm_block_rows<decltype(blk)>(*packed, bytes, y, L, n0, n1); });
-      for (int64_t b = 0; b < B; ++b)
-        finish_row(y, b, n0, n1, residual);
+      visit_blocks(format, [&](auto blk) { gemm_block_rows<decltype(blk)>(*packed, bytes, y, L, n0, n1, fin); });
       return;
     }
     const int64_t tile = is_plain_blocks(format) ? BLOCK_BATCH_TILE : BATCH_TILE;  // batch rows per weight pass

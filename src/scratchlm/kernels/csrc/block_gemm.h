@@ -6,8 +6,9 @@
 // is ~30% of the FMA peak. Here, as in a BLAS GEMM, the work is blocked so that each operand is reused from
 // the cache that holds it:
 //   x  is packed once per call k-major in tiles of NT = 16 tokens, xt[tile][k][16] (zero-padded tokens);
-//   W  rows [m0, m0 + MC) x columns [k0, k0 + KC) are widened into a scratch block (the same values as
-//      dequantize, bit for bit: blocks.h's chunk), once per call;
+//   W  is walked in row blocks of MC rows; for each KC-column slice, one group of R rows at a time is widened into
+//      a scratch block that stays in L1 (the same values as dequantize, bit for bit: blocks.h's chunk), once per
+//      call, and multiplied with every token tile of the slice;
 //   the micro-kernel keeps R x NT outputs in registers (R = 6 weight rows x 16 tokens = 12 AVX2 registers; 12
 //   rows = 12 zmm registers on AVX-512):
 //      for each k: acc[r][0:16] += w[r][k] (broadcast) * xt[k][0:16] (two vector loads),
@@ -38,7 +39,7 @@ constexpr int GEMM_R = 12;  // weight rows per micro-kernel: 12 of the 32 zmm re
 constexpr int GEMM_R = 6;   // weight rows per micro-kernel: 6 VF accumulators (12 AVX2 registers)
 #endif
 constexpr int64_t GEMM_KC = 256;       // K per widened slice (a multiple of every block's QK)
-constexpr int64_t GEMM_MC = 8 * GEMM_R;  // rows per widened slice: 48 (96) x 256 fp32 = 48 (96) KB (L2)
+constexpr int64_t GEMM_MC = 8 * GEMM_R;  // rows per row block: its sums at 128 tokens, 48 (96) x 128 fp32, in L2
 constexpr int64_t GEMM_MIN_ROWS = 9;  // more rows than one of gemv.h's passes of 8 (RESULTS.md)
 constexpr int64_t PACK_SPLIT = 32 * 1024;  // x values from which PackedX::pack splits its tiles over threads
 
@@ -247,54 +248,47 @@ void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy,
                      const Fin& fin) {
   const int64_t K = xp.K, tiles = xp.tiles, rows = n1 - n0;
   const int64_t row_bytes = K / Block::QK * Block::BYTES;
-  alignas(64) thread_local float wblk[GEMM_MC * GEMM_KC];  // the widened slice (48 KB; 96 KB on AVX-512)
-  thread_local std::vector<float> acc;  // one row block's (row group, tile, R, NT) partial sums (96 KB at 128 tokens)
+  // one row group's slice widened (12 KB on AVX-512): written just before its micro-kernels read it, it stays in L1
+  // (a whole 96-row slice widened at once, 96 KB, went out to L2 and back: 1B-shaped Q4_K 128 tokens +2-3.5%)
+  alignas(64) thread_local float wg[GEMM_R * GEMM_KC];
+  thread_local std::vector<float> acc;  // one row block's (row group, tile, R, NT) partial sums (48 KB at 128 tokens)
+  auto prefetch_group = [&](int64_t m0, int64_t g, int64_t k0) {  // group g of row block m0, slice k0 (or the next)
+    if (g >= std::min(GEMM_MC, rows - m0)) g = 0, k0 += GEMM_KC;
+    if (k0 >= K) k0 = 0, m0 += GEMM_MC;
+    if (m0 >= rows) return;
+    const int64_t nr = std::min<int64_t>(GEMM_R, rows - m0 - g), nb = std::min(GEMM_KC, K - k0) / Block::QK * Block::BYTES;
+    const uint8_t* p = w + (n0 + m0 + g) * row_bytes + k0 / Block::QK * Block::BYTES;
+    for (int64_t q = 0; q < nr; ++q)
+      for (int64_t b = 0; b < nb; b += 64) __builtin_prefetch(p + q * row_bytes + b, 0, 2);
+  };
   if (acc.size() < static_cast<size_t>(GEMM_MC * tiles * GEMM_NT)) acc.resize(GEMM_MC * tiles * GEMM_NT);
   for (int64_t m0 = 0; m0 < rows; m0 += GEMM_MC) {
     const int64_t mc = std::min(GEMM_MC, rows - m0);
     std::fill(acc.begin(), acc.begin() + (mc + GEMM_R - 1) / GEMM_R * GEMM_R * tiles * GEMM_NT, 0.0f);
     for (int64_t k0 = 0; k0 < K; k0 += GEMM_KC) {
       const int64_t kc = std::min(GEMM_KC, K - k0);
-      widen_slice<Block>(w + (n0 + m0) * row_bytes, row_bytes, mc, k0, kc, wblk);
-      // the next slice's bytes (mc rows, row_bytes apart: streams the hardware prefetcher does not follow) are
-      // requested a part per token tile while the micro-kernels run on this one
-      const bool last_k = k0 + GEMM_KC >= K;
-      const int64_t nm0 = last_k ? m0 + GEMM_MC : m0, nk0 = last_k ? 0 : k0 + GEMM_KC;
-      const int64_t nmc = std::min(GEMM_MC, rows - nm0), nbytes = std::min(GEMM_KC, K - nk0) / Block::QK * Block::BYTES;
-      const uint8_t* next = w + (n0 + nm0) * row_bytes + nk0 / Block::QK * Block::BYTES;
-      auto prefetch_part = [&](int64_t j) {
-        if (nm0 >= rows) return;
-        for (int64_t r = j * nmc / tiles; r < (j + 1) * nmc / tiles; ++r)
-          for (int64_t b = 0; b < nbytes; b += 64) __builtin_prefetch(next + r * row_bytes + b, 0, 2);
-      };
-      for (int64_t j = 0; j < tiles; ++j) {
-        prefetch_part(j);
-#if defined(SCRATCHLM_AVX512)
-        if (j + 1 < tiles) prefetch_part(j + 1);
-#endif
-        const float* xt = xp.t + (j * K + k0) * GEMM_NT;
-#if defined(SCRATCHLM_AVX512)
-        if (j + 1 < tiles) {  // two tiles at once
-          for (int64_t g = 0; g < mc; g += GEMM_R) {
-            float* c = acc.data() + ((g / GEMM_R) * tiles + j) * GEMM_R * GEMM_NT;
-            const int r = static_cast<int>(std::min<int64_t>(GEMM_R, mc - g));
-            const float* xt1 = xt + K * GEMM_NT;
-            if (kc == GEMM_KC)
-              gemm_micro2_rows<GEMM_KC>(r, wblk + g * GEMM_KC, GEMM_KC, xt, xt1, kc, c, c + GEMM_R * GEMM_NT);
-            else
-              gemm_micro2_rows<0>(r, wblk + g * GEMM_KC, GEMM_KC, xt, xt1, kc, c, c + GEMM_R * GEMM_NT);
-          }
-          ++j;
-          continue;
-        }
-#endif
-        for (int64_t g = 0; g < mc; g += GEMM_R) {
+      for (int64_t g = 0; g < mc; g += GEMM_R) {
+        const int r = static_cast<int>(std::min<int64_t>(GEMM_R, mc - g));
+        widen_slice<Block>(w + (n0 + m0 + g) * row_bytes, row_bytes, r, k0, kc, wg);
+        prefetch_group(m0, g + GEMM_R, k0);  // the next group's bytes (rows row_bytes apart: not a stream the
+                                             // hardware prefetcher follows) while this one's micro-kernels run
+        for (int64_t j = 0; j < tiles; ++j) {
+          const float* xt = xp.t + (j * K + k0) * GEMM_NT;
           float* c = acc.data() + ((g / GEMM_R) * tiles + j) * GEMM_R * GEMM_NT;
-          const int r = static_cast<int>(std::min<int64_t>(GEMM_R, mc - g));
+#if defined(SCRATCHLM_AVX512)
+          if (j + 1 < tiles) {  // two tiles at once
+            if (kc == GEMM_KC)
+              gemm_micro2_rows<GEMM_KC>(r, wg, GEMM_KC, xt, xt + K * GEMM_NT, kc, c, c + GEMM_R * GEMM_NT);
+            else
+              gemm_micro2_rows<0>(r, wg, GEMM_KC, xt, xt + K * GEMM_NT, kc, c, c + GEMM_R * GEMM_NT);
+            ++j;
+            continue;
+          }
+#endif
           if (kc == GEMM_KC)  // a known trip count: ~1.4x the loop on a runtime one (2-core Zen 3)
-            gemm_micro_rows<GEMM_KC>(r, wblk + g * GEMM_KC, GEMM_KC, xt, kc, c);
+            gemm_micro_rows<GEMM_KC>(r, wg, GEMM_KC, xt, kc, c);
           else
-            gemm_micro_rows<0>(r, wblk + g * GEMM_KC, GEMM_KC, xt, kc, c);
+            gemm_micro_rows<0>(r, wg, GEMM_KC, xt, kc, c);
         }
       }
     }

@@ -43,6 +43,34 @@ constexpr int64_t GEMM_MC = 8 * GEMM_R;  // rows per row block: its sums at 128 
 constexpr int64_t GEMM_MIN_ROWS = 9;  // more rows than one of gemv.h's passes of 8 (RESULTS.md)
 constexpr int64_t PACK_SPLIT = 32 * 1024;  // x values from which PackedX::pack splits its tiles over threads
 
+#if defined(SCRATCHLM_AVX512)
+// r[0..15] (16 rows of 16 floats) transposed in registers: afterwards r[j] holds the old rows' element j.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {  // pairs of rows interleaved by element
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // then pairs of pairs (64-bit elements)
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int i = 0; i < 2; ++i)  // then 128-bit lanes of rows 4 apart
+    for (int j = 0; j < 4; ++j) {
+      t[8 * i + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
+      t[8 * i + 4 + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0xdd);
+    }
+  for (int j = 0; j < 8; ++j) {  // and of rows 8 apart
+    r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+  }
+}
+#endif
+
 // x (B, K) packed k-major in tiles of GEMM_NT tokens: t[(tile * K + k) * NT + lane], lanes past B zero.
 // The buffer starts on a 64-byte line: a tile's row of 16 floats is one line (two loads that never split one).
 struct PackedX {
@@ -66,7 +94,16 @@ struct PackedX {
         float* dst = t + tile * K * GEMM_NT;
         const int64_t b0 = tile * GEMM_NT, lanes = std::min(GEMM_NT, B - b0);
         const float* src = x + b0 * K;
-        for (int64_t k = 0; k < K; ++k) {
+        int64_t k = 0;
+#if defined(SCRATCHLM_AVX512)
+        for (; k + 16 <= K; k += 16) {  // 16 tokens x 16 columns through a register transpose: whole lines
+          __m512 v[16];
+          for (int64_t l = 0; l < 16; ++l) v[l] = l < lanes ? _mm512_loadu_ps(src + l * K + k) : _mm512_setzero_ps();
+          transpose16(v);
+          for (int i = 0; i < 16; ++i) _mm512_store_ps(dst + (k + i) * GEMM_NT, v[i]);
+        }
+#endif
+        for (; k < K; ++k) {
           float* line = dst + k * GEMM_NT;
           for (int64_t l = 0; l < lanes; ++l) line[l] = src[l * K + k];
           for (int64_t l = lanes; l < GEMM_NT; ++l) line[l] = 0.0f;
@@ -183,34 +220,6 @@ inline void widen_slice(const uint8_t* w, int64_t row_bytes, int64_t rows, int64
       widen_block<Block>(blk + i * Block::BYTES, out + r * GEMM_KC + i * Block::QK);
   }
 }
-
-#if defined(SCRATCHLM_AVX512)
-// r[0..15] (16 rows of 16 floats) transposed in registers: afterwards r[j] holds the old rows' element j.
-inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {  // pairs of rows interleaved by element
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // then pairs of pairs (64-bit elements)
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  for (int i = 0; i < 2; ++i)  // then 128-bit lanes of rows 4 apart
-    for (int j = 0; j < 4; ++j) {
-      t[8 * i + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
-      t[8 * i + 4 + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0xdd);
-    }
-  for (int j = 0; j < 8; ++j) {  // and of rows 8 apart
-    r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
-    r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
-  }
-}
-#endif
 
 // One row block's sums, laid out (row group of R, 16-token tile, R, 16), into y[b * ldy + n + r] for r < rows,
 // b < B, then fin(b, n, n + rows) on each token's new values (the caller's scale / bias / residual, while they are

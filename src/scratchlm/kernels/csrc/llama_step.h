@@ -319,7 +319,7 @@ struct LlamaStep {
       const torch::Tensor& st = sp.rope == ROPE_LOCAL ? sin_local : (use_long ? sin_long : sin);
       // the last layer when only each row's last token reaches the head: every token's K / V go to the cache, the
       // rest of the layer (attention, output projection, FFN) runs on the B last tokens alone (llama.cpp skips the
-      // same rows); a row's sums do not depend on which other rows share the call, so its logits are unchanged
+      // same rows). Those rows' values differ only by fp32 summation order (B < 9 rows take the GEMV, not the GEMM)
       const bool last_only = l == L - 1 && C > 1 && !all_logits;
       if (sp.pre_norm) rms(x.data(), xn.data(), R, D);
       lay[0].apply(sp.pre_norm ? xn.data() : x.data(), qkv.data(), R, nullptr, scratch);

@@ -151,7 +151,7 @@ void a8_gemm_rows(const PackedA8& xp, const uint8_t* w, float* y, int64_t ldy, i
   const int64_t row_bytes = nblk * Block::BYTES;
   alignas(64) thread_local uint8_t wq[A8G_MC * A8G_KC];
   alignas(64) thread_local float ws[A8G_MC * A8G_KC / 16], wt[A8G_MC * A8G_KC / 16];
-  thread_local std::vector<float> acc;  // one row block's (row group, tile, A8G_R, 16)
+  thread_local FloatBuf acc;  // one row block's (row group, tile, A8G_R, 16)
   if (acc.size() < static_cast<size_t>(A8G_MC * tiles * 16)) acc.resize(A8G_MC * tiles * 16);
   for (int64_t m0 = 0; m0 < rows; m0 += A8G_MC) {
     const int64_t mc = std::min(A8G_MC, rows - m0);

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "aligned_buffer.h"
 #include "blocks.h"
 #include "parallel.h"
 #include "simd.h"
@@ -260,7 +261,7 @@ void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy,
   // one row group's slice widened (12 KB on AVX-512): written just before its micro-kernels read it, it stays in L1
   // (a whole 96-row slice widened at once, 96 KB, went out to L2 and back: 1B-shaped Q4_K 128 tokens +2-3.5%)
   alignas(64) thread_local float wg[GEMM_R * GEMM_KC];
-  thread_local std::vector<float> acc;  // one row block's (row group, tile, R, NT) partial sums (48 KB at 128 tokens)
+  thread_local FloatBuf acc;  // one row block's (row group, tile, R, NT) partial sums (48 KB at 128 tokens)
   auto prefetch_group = [&](int64_t m0, int64_t g, int64_t k0) {  // group g of row block m0, slice k0 (or the next)
     if (g >= std::min(GEMM_MC, rows - m0)) g = 0, k0 += GEMM_KC;
     if (k0 >= K) k0 = 0, m0 += GEMM_MC;

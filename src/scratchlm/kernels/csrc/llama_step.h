@@ -30,6 +30,7 @@
 #include <optional>
 #include <vector>
 
+#include "aligned_buffer.h"
 #include "gate_activation.h"
 #include "kv_attention.h"
 #include "linear.h"
@@ -59,10 +60,11 @@ constexpr int64_t ROWS_SPLIT = 16;  // prompt rows from which the per-row work (
 
 // LlamaStep::run's work buffers (x, the residual stream; x2 its next value; xn normed; qkv, q, att; gu, f the FFN's)
 struct StepBuffers {
-  std::vector<float> x, x2, xn, qkv, q, att, gu, f, scratch;
+  FloatBuf x, x2, xn, qkv, q, att, gu, f;  // on 64-byte lines: their 16-float rows are whole cache lines
+  std::vector<float> scratch;
   std::vector<int64_t> starts;  // a paged cache's lengths moved to each row's last token
   // v with room for n values (its contents are not kept meaningful: every user writes before it reads)
-  static std::vector<float>& sized(std::vector<float>& v, int64_t n) {
+  static FloatBuf& sized(FloatBuf& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(n);
     return v;
   }
@@ -170,8 +172,8 @@ struct LlamaStep {
   }
 
   // x (R, D) <- x + W(in), or x + rms(W(in)) * gain with an output norm (its gain defined); x2 is scratch.
-  void residual(const Linear& w, const float* in, const torch::Tensor& gain, std::vector<float>& x,
-                std::vector<float>& x2, int64_t R, std::vector<float>& scratch) const {
+  void residual(const Linear& w, const float* in, const torch::Tensor& gain, FloatBuf& x, FloatBuf& x2, int64_t R,
+                std::vector<float>& scratch) const {
     if (!gain.defined()) {  // the matrix adds the residual itself
       w.apply(in, x2.data(), R, x.data(), scratch);
       std::swap(x, x2);

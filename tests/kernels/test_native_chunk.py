@@ -86,8 +86,7 @@ def test_prefill_routes_short_prompts_through_the_chunk_with_left_padding(monkey
     monkeypatch.setattr("scratchlm.generate.prefill.PROMPT_CHUNK_MAX_ROWS", 8)
     with torch.no_grad():
         prefill(m, ids[:1, :4], torch.arange(4)[None], None, m.new_kv_cache(1, 16), decoder=dec)
-        prefill(m, ids[:, :5], torch.arange(5).expand(2, 5), None, m.new_kv_cache(2, 16), decoder=dec)
-    assert calls == [(2, 8), (1, 4)]  # 2 x 5 = 10 tokens > 8: the forward
+    assert calls == [(2, 8), (1, 4)]
     # a dense decoder (fp32 matrices: the GEMV's passes in C++) keeps CHUNK_MAX_ROWS
     dm = model(n_kv_heads=2)
     dense = FastDecoder(dm)
@@ -99,6 +98,57 @@ def test_prefill_routes_short_prompts_through_the_chunk_with_left_padding(monkey
         for p in (4, 6):
             prefill(dm, ids[:1, :p], torch.arange(p)[None], None, dm.new_kv_cache(1, 16), decoder=dense)
     assert dense_calls == [(1, 4)]
+
+
+def test_prefill_runs_a_long_prompt_on_blocks_through_the_chunk_in_pieces(monkeypatch) -> None:
+    """Past PROMPT_CHUNK_MAX_ROWS tokens over all rows, a decoder on blocks takes the prompt in pieces of
+    PROMPT_CHUNK_MAX_ROWS // B tokens per row, each attending to the cache the pieces before it filled: logits
+    and every real cache slot equal the forward's (reference path), for a left-padded batch whose first piece
+    of row 0 is mostly padding, on top of cached tokens. A dense decoder and a longrope prompt that crosses its
+    switch keep the forward."""
+    monkeypatch.setattr("scratchlm.generate.prefill.CHUNK_MAX_ROWS", 4)
+    monkeypatch.setattr("scratchlm.generate.prefill.PROMPT_CHUNK_MAX_ROWS", 8)
+    m = on_blocks(model(n_kv_heads=2))
+    dec = FastDecoder(m, quant="gguf")
+    calls = []
+    chunk = dec.chunk
+    dec.chunk = lambda *a: calls.append(tuple(a[0].shape)) or chunk(*a)
+    g = torch.Generator().manual_seed(5)
+    prefix, ids = torch.randint(0, 96, (2, 3), generator=g), torch.randint(0, 96, (2, 11), generator=g)
+    mask = torch.ones(2, 14, dtype=torch.bool)
+    mask[0, :6] = False  # row 0: its 3 cached tokens and the prompt's first 3 are padding
+    pos = (torch.cumsum(mask, 1) - 1).clamp(min=0)
+    caches = [m.new_kv_cache(2, 16), m.new_kv_cache(2, 16)]
+    with torch.no_grad():
+        for c in caches:
+            m(prefix, pos[:, :3], mask[:, :3], c)
+        want = prefill(m, ids, pos[:, 3:], mask, caches[0])
+        got = prefill(m, ids, pos[:, 3:], mask, caches[1], decoder=dec)
+    assert calls == [(2, 4), (2, 4), (2, 3)]
+    torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+    assert caches[1].seq_len == caches[0].seq_len == 14
+    for row, first in ((0, 6), (1, 0)):
+        for kv in ("k", "v"):
+            torch.testing.assert_close(getattr(caches[1], kv)[:, row, :, first:14],
+                                       getattr(caches[0], kv)[:, row, :, first:14], rtol=1e-4, atol=5e-5)
+    dm = model(n_kv_heads=2)
+    dense = FastDecoder(dm)
+    dense_calls = []
+    dense_chunk = dense.chunk
+    dense.chunk = lambda *a: dense_calls.append(a[0].shape) or dense_chunk(*a)
+    longrope = {"rope_type": "longrope", "original_max_position_embeddings": 8,
+                "short_factor": [1.0 + 0.1 * i for i in range(8)], "long_factor": [1.0 + 0.7 * i for i in range(8)]}
+    lm = on_blocks(model(n_kv_heads=2, rope_scaling=longrope))
+    long_dec = FastDecoder(lm, quant="gguf")
+    assert long_dec.prompt_gemm
+    long_calls = []
+    long_chunk = long_dec.chunk
+    long_dec.chunk = lambda *a: long_calls.append(a[0].shape) or long_chunk(*a)
+    with torch.no_grad():
+        prefill(dm, ids[:1], torch.arange(11)[None], None, dm.new_kv_cache(1, 16), decoder=dense)
+        prefill(lm, ids[:1, :7], torch.arange(7)[None], None, lm.new_kv_cache(1, 16), decoder=long_dec)
+        prefill(lm, ids[:1], torch.arange(11)[None], None, lm.new_kv_cache(1, 16), decoder=long_dec)
+    assert dense_calls == [] and long_calls == [(1, 7)]  # 11 tokens cross L0 = 8: the forward
 
 
 def test_chunk_refuses_an_overflow_and_a_decoder_without_native() -> None:

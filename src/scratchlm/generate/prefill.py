@@ -14,7 +14,12 @@ A short prompt (at most CHUNK_MAX_ROWS tokens in all rows; PROMPT_CHUNK_MAX_ROWS
 decode step runs in C++ (FastDecoder.native) goes through that step's `chunk` instead of the model's forward
 in "model" mode: the same function (its kernels are the ones the forward uses for so many rows) without ~30
 torch ops per layer; a server's prefix-cache hit leaves a handful of new prompt tokens, where that dispatch
-was most of the time to the first token.
+was most of the time to the first token. When every matrix is in ggml blocks, a longer prompt runs through the
+chunk too, in pieces of PROMPT_CHUNK_MAX_ROWS tokens over all rows (each attends to the cache the pieces before
+it filled): the forward's products past 512 rows go through widened tiles into torch's GEMM, and its attention,
+norms and last layer run on every token (1B Q4_K_M, 2 Zen 5 cores: 512 tokens 142-157 -> 227-242 tok/s, 2048
+tokens 80 -> 211; SmolLM2 Q4_K_M 2048 tokens 543-559 -> 1000-1014). Not across a longrope switch (the forward
+picks one set of factors for the whole sequence).
 
 longrope (Phi-3.5, Phi-4-mini) rotates with its short factors while the sequence is at most L0 =
 original_max_position_embeddings long and with its long factors beyond. Keys cached below L0 carry the
@@ -81,15 +86,40 @@ def chunk_fits(decoder: FastDecoder | None, ids: torch.Tensor, mask: torch.Tenso
     return b * p <= limit and key_mask_ok and cache.k.dtype == torch.float32
 
 
+def piece_tokens(model: TransformerLM, decoder: FastDecoder | None, ids: torch.Tensor, mask: torch.Tensor | None,
+                 cache: KVCache, mode: str) -> int:
+    """Tokens per row in each piece when a prompt too long for one chunk runs through it piece by piece (every
+    matrix in ggml blocks, each piece fits the chunk, no longrope switch inside the prompt), else 0."""
+    if decoder is None or not decoder.prompt_gemm:
+        return 0
+    b, p = ids.shape
+    per = PROMPT_CHUNK_MAX_ROWS // b
+    if per < 1 or p <= per:
+        return 0
+    switch = rope_switch_length(model)
+    if switch is not None and cache.seq_len + p >= switch:
+        return 0
+    first = None if mask is None else mask[:, : cache.seq_len + per]
+    return per if chunk_fits(decoder, ids[:, :per], first, cache, mode) else 0
+
+
 def prefill(model: TransformerLM, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
             cache: KVCache, mode: str = "model", decoder: FastDecoder | None = None) -> torch.Tensor:
     """Run the prompt ids (B, P) into cache slots [s, s + P); returns the last position's logits (B, V).
     decoder: the decode step's FastDecoder (generate.decode_step.chunk_decoder); a short prompt then runs
-    through its C++ chunk (the same function, without ~1 ms of torch dispatch per layer)."""
+    through its C++ chunk (the same function, without ~1 ms of torch dispatch per layer), and a long one on
+    ggml blocks too, piece by piece (piece_tokens)."""
     if mode not in PREFILL_MODES:
         raise ValueError(f"unknown prefill mode {mode!r}; valid: {PREFILL_MODES}")
     if chunk_fits(decoder, ids, mask, cache, mode):
         return decoder.chunk(ids, positions, mask, cache)
+    per = piece_tokens(model, decoder, ids, mask, cache, mode)
+    if per:
+        s = cache.seq_len
+        for i in range(0, ids.shape[1], per):
+            j = min(i + per, ids.shape[1])
+            logits = decoder.chunk(ids[:, i:j], positions[:, i:j], None if mask is None else mask[:, : s + j], cache)
+        return logits
     dtype = model.dtype
     if mode == "model" or dtype != torch.float32 or model.device.type != "cpu":
         return model(ids, positions, mask, cache, logits_to_keep=1)[:, -1]

@@ -319,3 +319,61 @@ def test_a_wave_of_mixed_chunks_runs_sets_of_one_size_in_cpp_and_the_rest_in_the
             torch.testing.assert_close(j.logits, model(torch.tensor([p]))[0, -1], **TOL)
             for mine, theirs in zip(space.pool.read(j.table), ref_space.pool.read(r.table)):
                 torch.testing.assert_close(mine, theirs, **TOL)
+
+
+def test_on_blocks_the_chunks_past_the_sets_run_through_the_cpp_step_in_pieces(monkeypatch):
+    """A decoder whose matrices are all ggml blocks takes the chunks the sets left through the C++ step too,
+    each in pieces of PROMPT_CHUNK_MAX_ROWS tokens on its own row (on top of its cached prefix), not the padded
+    forward: every joiner's last logits equal its prompt's full forward and the K/V in its blocks those of the
+    same wave prefilled by the forward alone."""
+    from scratchlm.generate.decode_step import chunk_decoder
+    from scratchlm.quant.dequantize import dequantize_blocks
+    from scratchlm.quant.quantize import quantize_blocks
+    from scratchlm.serve import joining
+    from scratchlm.serve.joining import Joiner, prefill_step
+    from scratchlm.serve.kv_space import KVSpace
+
+    model = model_of()
+    blocks = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                blocks[name] = quantize_blocks(p, "Q8_0" if "embed" in name else "Q4_1")
+                p.copy_(dequantize_blocks(blocks[name]))
+    model.quantized_weights = blocks
+    monkeypatch.setattr(joining, "NATIVE_STEP_TOKENS", 4)
+    monkeypatch.setattr(joining, "PROMPT_CHUNK_MAX_ROWS", 8)
+    g = torch.Generator().manual_seed(12)
+    cached, sizes = [5, 0, 9], [2, 19, 11]  # the 2 -> a C++ set; 19 -> pieces 8, 8, 3; 11 -> 8, 3
+    prompts = [torch.randint(0, 256, (c + n,), generator=g).tolist() for c, n in zip(cached, sizes)]
+    runs = {}
+    for name in ("pieces", "forward"):
+        decoder = chunk_decoder(model, "fast-gguf") if name == "pieces" else None
+        assert decoder is None or decoder.prompt_gemm
+        space = KVSpace(model, 64)
+        joiners = []
+        for p, c in zip(prompts, cached):
+            table = space.start(p)
+            assert space.grow(table, len(p))
+            if c:
+                prefill_step(model, space, [Joiner(p[:c], [], table)], 1000, "model")  # the "cached" part
+            joiners.append(Joiner(p, [], table, cached=c))
+        native, forward = [], []
+        if decoder is not None:
+            paged = decoder.paged
+            decoder.paged = lambda ids, *a, **kw: native.append(list(ids.shape)) or paged(ids, *a, **kw)
+        run_group = joining._run_group
+        monkeypatch.setattr(joining, "_run_group",
+                            lambda m, s, group, mode: forward.append([n for _, n in group]) or run_group(m, s, group, mode))
+        prefill_step(model, space, joiners, 1000, "model", decoder)
+        runs[name] = (space, joiners, native, forward)
+        monkeypatch.setattr(joining, "_run_group", run_group)
+    space, joiners, native, forward = runs["pieces"]
+    assert forward == [] and sorted(native) == sorted([[1, 2], [1, 8], [1, 8], [1, 3], [1, 8], [1, 3]])
+    ref_space, ref_joiners = runs["forward"][:2]
+    with torch.no_grad():
+        for j, r, p in zip(joiners, ref_joiners, prompts):
+            assert j.done and r.done
+            torch.testing.assert_close(j.logits, model(torch.tensor([p]))[0, -1], **TOL)
+            for mine, theirs in zip(space.pool.read(j.table), ref_space.pool.read(r.table)):
+                torch.testing.assert_close(mine, theirs, **TOL)

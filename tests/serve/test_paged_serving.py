@@ -275,6 +275,46 @@ def test_lone_short_chunks_run_the_decode_steps_cpp_chunk(window):
     assert outs[0] == outs[1]
 
 
+def prefill_wave(monkeypatch, model, prompts, cached, decoder):
+    """The prompts (their first `cached` tokens prefilled first, as a prefix-cache hit leaves them) given to one
+    prefill_step with `decoder` (None: the forward alone) -> (space, joiners, the C++ step's (rows, tokens)
+    calls, the forward's groups of chunk sizes)."""
+    from scratchlm.serve import joining
+    from scratchlm.serve.joining import Joiner, prefill_step
+    from scratchlm.serve.kv_space import KVSpace
+
+    space = KVSpace(model, 64)
+    joiners = []
+    for p, c in zip(prompts, cached):
+        table = space.start(p)
+        assert space.grow(table, len(p))
+        if c:
+            prefill_step(model, space, [Joiner(p[:c], [], table)], 1000, "model")  # the "cached" part
+        joiners.append(Joiner(p, [], table, cached=c))
+    native, forward = [], []
+    if decoder is not None:
+        paged = decoder.paged
+        decoder.paged = lambda ids, *a, **kw: native.append(list(ids.shape)) or paged(ids, *a, **kw)
+    run_group = joining._run_group
+    monkeypatch.setattr(joining, "_run_group",
+                        lambda m, s, group, mode: forward.append([n for _, n in group]) or run_group(m, s, group, mode))
+    prefill_step(model, space, joiners, 1000, "model", decoder)
+    monkeypatch.setattr(joining, "_run_group", run_group)
+    return space, joiners, native, forward
+
+
+def check_wave(model, prompts, run, ref) -> None:
+    """Every joiner of run done, its last logits its prompt's full forward, its blocks' K/V those of ref."""
+    space, joiners = run[:2]
+    ref_space, ref_joiners = ref[:2]
+    with torch.no_grad():
+        for j, r, p in zip(joiners, ref_joiners, prompts):
+            assert j.done and r.done
+            torch.testing.assert_close(j.logits, model(torch.tensor([p]))[0, -1], **TOL)
+            for mine, theirs in zip(space.pool.read(j.table), ref_space.pool.read(r.table)):
+                torch.testing.assert_close(mine, theirs, **TOL)
+
+
 def test_a_wave_of_mixed_chunks_runs_sets_of_one_size_in_cpp_and_the_rest_in_the_forward(monkeypatch):
     """Prompts arriving together with cached prefixes of different lengths leave chunks of mixed sizes: the
     sets of one size go through the C++ step (smallest first, within NATIVE_STEP_TOKENS), the rest through one
@@ -282,43 +322,17 @@ def test_a_wave_of_mixed_chunks_runs_sets_of_one_size_in_cpp_and_the_rest_in_the
     those of the same wave prefilled by the forward alone."""
     from scratchlm.generate.decode_step import chunk_decoder
     from scratchlm.serve import joining
-    from scratchlm.serve.joining import Joiner, prefill_step
-    from scratchlm.serve.kv_space import KVSpace
 
     model = model_of()
     monkeypatch.setattr(joining, "NATIVE_STEP_TOKENS", 12)
     g = torch.Generator().manual_seed(11)
     cached, sizes = [7, 20, 3, 16, 9, 5], [1, 1, 4, 1, 9, 6]  # sets: 1 x3, 4 -> C++ (7 tokens); 6, 9 -> forward
     prompts = [torch.randint(0, 256, (c + n,), generator=g).tolist() for c, n in zip(cached, sizes)]
-    runs = {}
-    for name, decoder in (("mixed", chunk_decoder(model, "fast")), ("forward", None)):
-        space = KVSpace(model, 64)
-        joiners = []
-        for p, c in zip(prompts, cached):
-            table = space.start(p)
-            assert space.grow(table, len(p))
-            prefill_step(model, space, [Joiner(p[:c], [], table)], 1000, "model")  # the "cached" part
-            joiners.append(Joiner(p, [], table, cached=c))
-        native, forward = [], []
-        if decoder is not None:
-            paged = decoder.paged
-            decoder.paged = lambda ids, *a, **kw: native.append(list(ids.shape)) or paged(ids, *a, **kw)
-        run_group = joining._run_group
-        monkeypatch.setattr(joining, "_run_group",
-                            lambda m, s, group, mode: forward.append([n for _, n in group]) or run_group(m, s, group, mode))
-        prefill_step(model, space, joiners, 1000, "model", decoder)
-        runs[name] = (space, joiners, native, forward)
-        monkeypatch.setattr(joining, "_run_group", run_group)
-    space, joiners, native, forward = runs["mixed"]
-    assert sorted(native) == [[1, 4], [3, 1]] and forward == [[9, 6]]
-    assert runs["forward"][2] == [] and sorted(sum(runs["forward"][3], [])) == [1, 1, 1, 4, 6, 9]
-    ref_space, ref_joiners = runs["forward"][:2]
-    with torch.no_grad():
-        for j, r, p in zip(joiners, ref_joiners, prompts):
-            assert j.done
-            torch.testing.assert_close(j.logits, model(torch.tensor([p]))[0, -1], **TOL)
-            for mine, theirs in zip(space.pool.read(j.table), ref_space.pool.read(r.table)):
-                torch.testing.assert_close(mine, theirs, **TOL)
+    mixed = prefill_wave(monkeypatch, model, prompts, cached, chunk_decoder(model, "fast"))
+    ref = prefill_wave(monkeypatch, model, prompts, cached, None)
+    assert sorted(mixed[2]) == [[1, 4], [3, 1]] and mixed[3] == [[9, 6]]
+    assert ref[2] == [] and sorted(sum(ref[3], [])) == [1, 1, 1, 4, 6, 9]
+    check_wave(model, prompts, mixed, ref)
 
 
 def test_on_blocks_the_chunks_past_the_sets_run_through_the_cpp_step_in_pieces(monkeypatch):
@@ -327,53 +341,18 @@ def test_on_blocks_the_chunks_past_the_sets_run_through_the_cpp_step_in_pieces(m
     forward: every joiner's last logits equal its prompt's full forward and the K/V in its blocks those of the
     same wave prefilled by the forward alone."""
     from scratchlm.generate.decode_step import chunk_decoder
-    from scratchlm.quant.dequantize import dequantize_blocks
-    from scratchlm.quant.quantize import quantize_blocks
     from scratchlm.serve import joining
-    from scratchlm.serve.joining import Joiner, prefill_step
-    from scratchlm.serve.kv_space import KVSpace
+    from tests.kernels.test_native_step import on_blocks
 
-    model = model_of()
-    blocks = {}
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 2:
-                blocks[name] = quantize_blocks(p, "Q8_0" if "embed" in name else "Q4_1")
-                p.copy_(dequantize_blocks(blocks[name]))
-    model.quantized_weights = blocks
+    model = on_blocks(model_of())
     monkeypatch.setattr(joining, "NATIVE_STEP_TOKENS", 4)
     monkeypatch.setattr(joining, "PROMPT_CHUNK_MAX_ROWS", 8)
     g = torch.Generator().manual_seed(12)
     cached, sizes = [5, 0, 9], [2, 19, 11]  # the 2 -> a C++ set; 19 -> pieces 8, 8, 3; 11 -> 8, 3
     prompts = [torch.randint(0, 256, (c + n,), generator=g).tolist() for c, n in zip(cached, sizes)]
-    runs = {}
-    for name in ("pieces", "forward"):
-        decoder = chunk_decoder(model, "fast-gguf") if name == "pieces" else None
-        assert decoder is None or decoder.prompt_gemm
-        space = KVSpace(model, 64)
-        joiners = []
-        for p, c in zip(prompts, cached):
-            table = space.start(p)
-            assert space.grow(table, len(p))
-            if c:
-                prefill_step(model, space, [Joiner(p[:c], [], table)], 1000, "model")  # the "cached" part
-            joiners.append(Joiner(p, [], table, cached=c))
-        native, forward = [], []
-        if decoder is not None:
-            paged = decoder.paged
-            decoder.paged = lambda ids, *a, **kw: native.append(list(ids.shape)) or paged(ids, *a, **kw)
-        run_group = joining._run_group
-        monkeypatch.setattr(joining, "_run_group",
-                            lambda m, s, group, mode: forward.append([n for _, n in group]) or run_group(m, s, group, mode))
-        prefill_step(model, space, joiners, 1000, "model", decoder)
-        runs[name] = (space, joiners, native, forward)
-        monkeypatch.setattr(joining, "_run_group", run_group)
-    space, joiners, native, forward = runs["pieces"]
-    assert forward == [] and sorted(native) == sorted([[1, 2], [1, 8], [1, 8], [1, 3], [1, 8], [1, 3]])
-    ref_space, ref_joiners = runs["forward"][:2]
-    with torch.no_grad():
-        for j, r, p in zip(joiners, ref_joiners, prompts):
-            assert j.done and r.done
-            torch.testing.assert_close(j.logits, model(torch.tensor([p]))[0, -1], **TOL)
-            for mine, theirs in zip(space.pool.read(j.table), ref_space.pool.read(r.table)):
-                torch.testing.assert_close(mine, theirs, **TOL)
+    decoder = chunk_decoder(model, "fast-gguf")
+    assert decoder.prompt_gemm
+    pieces = prefill_wave(monkeypatch, model, prompts, cached, decoder)
+    ref = prefill_wave(monkeypatch, model, prompts, cached, None)
+    assert pieces[3] == [] and sorted(pieces[2]) == sorted([[1, 2], [1, 8], [1, 8], [1, 3], [1, 8], [1, 3]])
+    check_wave(model, prompts, pieces, ref)

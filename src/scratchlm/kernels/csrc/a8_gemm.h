@@ -152,10 +152,9 @@ void a8_gemm_rows(const PackedA8& xp, const uint8_t* w, float* y, int64_t ldy, i
   alignas(64) thread_local uint8_t wq[A8G_MC * A8G_KC];
   alignas(64) thread_local float ws[A8G_MC * A8G_KC / 16], wt[A8G_MC * A8G_KC / 16];
   thread_local FloatBuf acc;  // one row block's (row group, tile, A8G_R, 16)
-  if (acc.size() < static_cast<size_t>(A8G_MC * tiles * 16)) acc.resize(A8G_MC * tiles * 16);
   for (int64_t m0 = 0; m0 < rows; m0 += A8G_MC) {
     const int64_t mc = std::min(A8G_MC, rows - m0);
-    std::fill(acc.begin(), acc.begin() + (mc + A8G_R - 1) / A8G_R * A8G_R * tiles * 16, 0.0f);
+    float* sums = zeroed_sums<A8G_R>(acc, A8G_MC, mc, tiles);
     for (int64_t k0 = 0; k0 < K; k0 += A8G_KC) {
       const int64_t kc = std::min(A8G_KC, K - k0);
       a8_unpack_slice<Block>(w + (n0 + m0) * row_bytes, row_bytes, mc, k0, kc, wq, ws, wt);
@@ -164,14 +163,14 @@ void a8_gemm_rows(const PackedA8& xp, const uint8_t* w, float* y, int64_t ldy, i
         const float* d = xp.d.data() + (j * nblk + k0 / Block::QK) * 16;
         const float* xs = xp.xs.data() + (j * ng + k0 / 16) * 16;
         for (int64_t g = 0; g < mc; g += A8G_R) {
-          float* c = acc.data() + ((g / A8G_R) * tiles + j) * A8G_R * 16;
+          float* c = sums + ((g / A8G_R) * tiles + j) * A8G_R * 16;
           const int r = static_cast<int>(std::min<int64_t>(A8G_R, mc - g));
           a8_gemm_micro_rows<Block::QK>(r, wq + g * A8G_KC, ws + g * (A8G_KC / 16), wt + g * (A8G_KC / 16), xq, d, xs,
                                         kc, c);
         }
       }
     }
-    store_block<A8G_R>(acc.data(), mc, tiles, xp.B, y, ldy, n0 + m0, fin);
+    store_block<A8G_R>(sums, mc, tiles, xp.B, y, ldy, n0 + m0, fin);
   }
 }
 #endif

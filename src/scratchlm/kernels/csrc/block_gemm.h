@@ -222,6 +222,15 @@ inline void widen_slice(const uint8_t* w, int64_t row_bytes, int64_t rows, int64
   }
 }
 
+// The sums scratch of one row block of `rows` rows (groups of R, 16-token tiles, R, 16), room made for a block
+// of up to max_rows rows and this block's groups zeroed: the micro-kernels add each slice's sums into it.
+template <int R>
+inline float* zeroed_sums(FloatBuf& acc, int64_t max_rows, int64_t rows, int64_t tiles) {
+  if (acc.size() < static_cast<size_t>(max_rows * tiles * 16)) acc.resize(max_rows * tiles * 16);
+  std::fill(acc.begin(), acc.begin() + (rows + R - 1) / R * R * tiles * 16, 0.0f);
+  return acc.data();
+}
+
 // One row block's sums, laid out (row group of R, 16-token tile, R, 16), into y[b * ldy + n + r] for r < rows,
 // b < B, then fin(b, n, n + rows) on each token's new values (the caller's scale / bias / residual, while they are
 // in L1). Token by token, 16 rows at a time through a register transpose: each token's values are whole runs of
@@ -271,10 +280,9 @@ void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy,
     for (int64_t q = 0; q < nr; ++q)
       for (int64_t b = 0; b < nb; b += 64) __builtin_prefetch(p + q * row_bytes + b, 0, 2);
   };
-  if (acc.size() < static_cast<size_t>(GEMM_MC * tiles * GEMM_NT)) acc.resize(GEMM_MC * tiles * GEMM_NT);
   for (int64_t m0 = 0; m0 < rows; m0 += GEMM_MC) {
     const int64_t mc = std::min(GEMM_MC, rows - m0);
-    std::fill(acc.begin(), acc.begin() + (mc + GEMM_R - 1) / GEMM_R * GEMM_R * tiles * GEMM_NT, 0.0f);
+    float* sums = zeroed_sums<GEMM_R>(acc, GEMM_MC, mc, tiles);
     for (int64_t k0 = 0; k0 < K; k0 += GEMM_KC) {
       const int64_t kc = std::min(GEMM_KC, K - k0);
       for (int64_t g = 0; g < mc; g += GEMM_R) {
@@ -284,7 +292,7 @@ void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy,
                                              // hardware prefetcher follows) while this one's micro-kernels run
         for (int64_t j = 0; j < tiles; ++j) {
           const float* xt = xp.t + (j * K + k0) * GEMM_NT;
-          float* c = acc.data() + ((g / GEMM_R) * tiles + j) * GEMM_R * GEMM_NT;
+          float* c = sums + ((g / GEMM_R) * tiles + j) * GEMM_R * GEMM_NT;
 #if defined(SCRATCHLM_AVX512)
           if (j + 1 < tiles) {  // two tiles at once
             if (kc == GEMM_KC)
@@ -302,7 +310,7 @@ void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy,
         }
       }
     }
-    store_block<GEMM_R>(acc.data(), mc, tiles, xp.B, y, ldy, n0 + m0, fin);
+    store_block<GEMM_R>(sums, mc, tiles, xp.B, y, ldy, n0 + m0, fin);
   }
 }
 

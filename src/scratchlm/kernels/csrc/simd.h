@@ -58,7 +58,11 @@ inline float fp16_to_f32(const uint8_t* p) {
 #endif
 }
 
-inline void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
+// A weight stream's lines ahead of use, into L2 (prefetcht1), not L1 (prefetcht0): an L1 prefetch holds one of the
+// core's few L1 miss buffers until its line arrives. Zen 4 (2-core VM), b1 decode of the 1B Q4_K_M file, the two
+// alternated in one process: 27 tok/s with prefetcht0, 34 with prefetcht1 (prefetcht2 the same; 3 or 4 tiles ahead
+// instead of 2 slower). Zen 5 ran the earlier sessions' numbers with prefetcht0 (RESULTS.md).
+inline void prefetch(const void* p) { __builtin_prefetch(p, 0, 2); }
 
 // ---------------------------------------------------------------- 16 bytes
 #if defined(SCRATCHLM_AVX2)

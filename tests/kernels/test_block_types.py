@@ -134,7 +134,8 @@ def test_prompt_gemm_equals_linear_on_dequantized(kernels, type_name: str) -> No
     widened in 256-column slices, 6-row (AVX2) / 12-row (AVX-512) micro-kernels): == float64 x @ W^T within the
     fp32 bound, for 9-120 rows (partial token tiles; 120 x K packs its tiles on several threads), 13 and 23 weight
     rows (remainder groups of 1, 5 and 11 rows) and K over two slices (a partial one for the 32-value types); every
-    row the same bits whatever the batch size (each (token, row) sum has one fixed order)."""
+    row the same bits whatever the batch size (each (token, row) sum has one fixed order) with the Strassen-Winograd
+    level off (from 64 tokens it pairs tokens: tests/kernels/test_strassen.py)."""
     k = 512 if GGML[type_name].block_size == 256 else 288
     for n_rows in (N, 23):
         blocks = llama_cpp_blocks(type_name, n_rows, k, seed=3)
@@ -145,7 +146,13 @@ def test_prompt_gemm_equals_linear_on_dequantized(kernels, type_name: str) -> No
         for b, y in got.items():
             err = float((y.double() - x[:b].double() @ w.double().T).abs().max())
             assert err <= tol(x[:b], w), (n_rows, b, err, tol(x[:b], w))
-        assert all(torch.equal(got[120][:b], got[b]) for b in (9, 29, 40))
+        before = kernels.set_strassen(False)
+        try:
+            plain = {b: ops.linear_blocks(kernels, x[:b], blocks) for b in (9, 29, 40, 120)}
+        finally:
+            kernels.set_strassen(before)
+        assert all(torch.equal(plain[120][:b], plain[b]) for b in (9, 29, 40))
+        assert all(torch.equal(plain[b], got[b]) for b in (9, 29, 40))  # below 64 tokens: the plain order
 
 
 def test_k_quants_need_whole_super_blocks(kernels) -> None:
@@ -187,10 +194,11 @@ def test_packed_linear_over_parts_of_every_kind(monkeypatch, native_on: bool) ->
         torch.testing.assert_close(lin.residual(ref, x), ref + ref, rtol=0, atol=2 * atol)
 
 
-@pytest.mark.parametrize("rows", [2, 30])
+@pytest.mark.parametrize("rows", [2, 30, 70])
 def test_kernel_linear_splits_parts_over_threads(kernels, rows: int) -> None:
     """A matrix of parts big enough to be split between threads gives the same rows as one thread, and each
-    part alone the same bits: 2 rows through the GEMV, 30 through block_gemm.h (chunks of rows, 6- or 12-row groups)."""
+    part alone the same bits: 2 rows through the GEMV, 30 through block_gemm.h (chunks of rows, 6- or 12-row groups),
+    70 with its Strassen-Winograd level on AVX-512 (pairs of 12-row groups)."""
     parts = tuple(llama_cpp_blocks(t, 301, 512, i) for i, t in enumerate(("Q4_K", "Q6_K", "Q8_0")))
     lin = ops.block_linear(kernels, parts)
     x = torch.randn(rows, 512)

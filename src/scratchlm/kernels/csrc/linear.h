@@ -10,6 +10,7 @@
 
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <optional>
 #include <vector>
 
@@ -96,11 +97,17 @@ struct Linear {
     PreparedX& px = prepared_x();  // x's other forms, each prepared once for all parts
     px.reset();
     for (const auto& p : parts) p.prepare(x, B, px);
-    // one parallel region over all rows: each thread runs the parts its rows fall in
-    parallel_chunks(N, row_chunk(N, bytes() / std::max<int64_t>(N, 1) * B), [&](int64_t n0, int64_t n1) {
-      for (size_t i = 0; i < parts.size(); ++i) {
-        const int64_t s = starts[i], lo = std::max(n0, s), hi = std::min(n1, s + parts[i].N);
-        if (lo < hi) parts[i].range(x, y + s, B, residual ? residual + s : nullptr, lo - s, hi - s, px);
+    // one parallel region over all rows, in chunks of each part counted from that part's first row (as the part's
+    // own matvec splits it: the prompt GEMM pairs 12-row groups from there, strassen_gemm.h), sized by the work
+    // per row of the whole matrix
+    const int64_t chunk = row_chunk(N, bytes() / std::max<int64_t>(N, 1) * B);
+    std::vector<int64_t> first(parts.size() + 1, 0);  // part i's chunks: [first[i], first[i + 1])
+    for (size_t i = 0; i < parts.size(); ++i) first[i + 1] = first[i] + (parts[i].N + chunk - 1) / chunk;
+    parallel_chunks(first.back(), chunk >= N ? first.back() : 1, [&](int64_t c0, int64_t c1) {  // no split: one thread
+      for (int64_t c = c0; c < c1; ++c) {
+        const size_t i = std::upper_bound(first.begin(), first.end(), c) - first.begin() - 1;
+        const int64_t s = starts[i], lo = (c - first[i]) * chunk, hi = std::min(parts[i].N, lo + chunk);
+        parts[i].range(x, y + s, B, residual ? residual + s : nullptr, lo, hi, px);
       }
     });
   }

@@ -1,0 +1,131 @@
+// One level of Strassen-Winograd (Winograd's form: 7 products, 15 additions) inside the AVX-512 prompt GEMM of
+// block_gemm.h: 2 x 2 x 2 blocks of (tokens, K, weight rows) whose eight block products become seven, so that a
+// prompt's GEMM does 7/8 of the FMAs. The x side's sums are formed once per call (PackedX::sums), the W side's on
+// the widened slices (sub_block), the outputs' combinations once per row block.
+//
+// Zen 4 (2-core VM), one thread, Q4_K 128 tokens, the two alternated in one process: 3B-shaped 3072 x 3072
+// +5-7%, 16384 x 3072 +6-7%, 3072 x 8192 +-2% (its x and x's sums, 4 MB each, stream from L3 for every row block);
+// benchmarks/RESULTS.md for whole prompts.
+
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "aligned_buffer.h"
+#include "gemm_micro.h"
+
+namespace scratchlm {
+
+#if defined(SCRATCHLM_AVX512)
+// out = a - b over R rows of SW_HALF values (a, b: ld lda, ldb; out: ld SW_HALF)
+inline void sub_block(const float* a, int64_t lda, const float* b, int64_t ldb, float* out) {
+  for (int r = 0; r < GEMM_R; ++r)
+    for (int64_t e = 0; e < SW_HALF; e += 16)
+      _mm512_store_ps(out + r * SW_HALF + e, _mm512_sub_ps(_mm512_load_ps(a + r * lda + e), _mm512_load_ps(b + r * ldb + e)));
+}
+
+// One level of Strassen-Winograd on the first `pairs` pairs of R-row groups of a row block (wb: its first row's
+// bytes), for the packed tokens' first xp.units units of 64: per (pair, unit, SW_K-column chunk) the 2 x 2 x 2
+// block product C = A B (A: the unit's tokens x the chunk's columns, halves of 32 tokens and SW_HALF columns;
+// B = W^T: the chunk x the pair, halves of SW_HALF columns and R rows) in 7 micro-kernel products instead of 8:
+//   T1 = B12 - B11, T2 = B22 - T1, T3 = B22 - B12, T4 = T2 - B21 (the W side, on the widened slices)
+//   P1 = A11 B11, P2 = A12 B21, P3 = S4 B22, P4 = A22 T4, P5 = S1 T1, P6 = S2 T2, P7 = S3 T3 (S: PackedX)
+//   C11 = P1 + P2, C12 = P1 + P6 + P5 + P3, C21 = P1 + P6 + P7 - P4, C22 = P1 + P6 + P7 + P5
+// Each P sums over the chunks in order; the C's are formed once at the end into `sums` (row group, tile, R, 16).
+// Both rows groups' slices are widened once (B11 | B21 side by side, B12 | B22: 24 KB) and the T's formed one at a
+// time in a third block (6 KB): every W value is still widened once per call, and the tiles past the units take
+// the plain micro-kernels on the same slices. 12.5% fewer FMAs for 4 half-slice subtractions per pair and chunk
+// (x's S: once per call). Rounding: the P's sum differences of weights and of x values, each token's x scaled to
+// a largest |value| in [0.5, 1) first (PackedX) so that no token's error grows with another's scale; a few more
+// fp32 roundings per output than the plain order (tests/kernels/test_strassen.py: within the same fp32 bound).
+template <typename Block>
+inline void strassen_rows(const PackedX& xp, const uint8_t* wb, int64_t row_bytes, int64_t pairs, float* sums,
+                          FloatBuf& prods, FloatBuf& wq) {
+  constexpr int R = GEMM_R;
+  constexpr int64_t KC = SW_HALF, NT = GEMM_NT, P = 2 * R * NT;  // P: one product's floats
+  const int64_t K = xp.K, tiles = xp.tiles, units = xp.units;
+  const size_t need = static_cast<size_t>(pairs * units * 7 * P);
+  if (prods.size() < need) prods.resize(need);
+  std::fill(prods.begin(), prods.begin() + need, 0.0f);
+  constexpr int64_t L = GEMM_KC;  // the widened slices' row stride: B11 | B21 side by side, B12 | B22
+  if (wq.size() < static_cast<size_t>(2 * R * L + R * KC)) wq.resize(2 * R * L + R * KC);
+  float *wa = wq.data(), *wb2 = wa + R * L, *tw = wb2 + R * L;
+  const float *b11 = wa, *b21 = wa + KC, *b12 = wb2, *b22 = wb2 + KC;
+  auto prod = [&](int64_t p, int64_t u, int i) { return prods.data() + ((p * units + u) * 7 + i) * P; };
+  auto group = [&](int64_t gi, int64_t j) { return sums + (gi * tiles + j) * R * NT; };
+  for (int64_t c = 0; c < xp.chunks; ++c) {
+    const int64_t k0 = c * SW_K, k1 = k0 + KC;
+    for (int64_t p = 0; p < pairs; ++p) {
+      const uint8_t* w0 = wb + 2 * p * R * row_bytes;  // the pair's first R rows; its second R at + R * row_bytes
+      widen_slice<Block>(w0, row_bytes, R, k0, SW_K, wa);
+      widen_slice<Block>(w0 + R * row_bytes, row_bytes, R, k0, SW_K, wb2);
+      {  // the next pair's bytes (or the first pair's of the next chunk) while this pair's products run
+        const int64_t np = p + 1 < pairs ? p + 1 : 0, nk = p + 1 < pairs ? k0 : k0 + SW_K;
+        if (nk < K) {
+          const uint8_t* q = wb + 2 * np * R * row_bytes + nk / Block::QK * Block::BYTES;
+          for (int64_t r = 0; r < 2 * R; ++r)
+            for (int64_t b = 0; b < SW_K / Block::QK * Block::BYTES; b += 64) __builtin_prefetch(q + r * row_bytes + b, 0, 2);
+        }
+      }
+      for (int64_t j = units * 4; j < tiles; j += 2) {  // the tokens past the units: the plain micro-kernels
+        const float* xt = xp.t + (j * K + k0) * NT;
+        for (int q = 0; q < 2; ++q) {
+          float* cg = group(2 * p + q, j);
+          if (j + 1 < tiles)
+            gemm_micro2<R, SW_K>(q ? wb2 : wa, L, xt, xt + K * NT, SW_K, cg, cg + R * NT);
+          else
+            gemm_micro<R, SW_K>(q ? wb2 : wa, L, xt, SW_K, cg);
+        }
+      }
+      auto run = [&](const float* wv, int64_t ldw, int i, auto x_of) {  // P_i += x_of(u) (two tiles) . wv, each unit
+        for (int64_t u = 0; u < units; ++u) {
+          const float* xa;
+          int64_t step;
+          x_of(u, xa, step);
+          float* pc = prod(p, u, i);
+          gemm_micro2<R, KC>(wv, ldw, xa, xa + step, KC, pc, pc + R * NT);
+        }
+      };
+      auto a_half = [&](int64_t half, int64_t k) {  // A (tokens half, columns from k) in the packed tiles
+        return [&, half, k](int64_t u, const float*& xa, int64_t& step) {
+          xa = xp.t + ((4 * u + 2 * half) * K + k) * NT, step = K * NT;
+        };
+      };
+      auto s_of = [&](int i) {  // S_{i+1} of this chunk
+        return [&, i](int64_t u, const float*& xa, int64_t& step) {
+          xa = xp.s.data() + (((u * xp.chunks + c) * 4 + i) * 2) * KC * NT, step = KC * NT;
+        };
+      };
+      run(b11, L, 0, a_half(0, k0));      // P1 = A11 B11
+      run(b21, L, 1, a_half(0, k1));      // P2 = A12 B21
+      run(b22, L, 2, s_of(3));            // P3 = S4 B22
+      sub_block(b12, L, b11, L, tw);      // T1
+      run(tw, KC, 4, s_of(0));            // P5 = S1 T1
+      sub_block(b22, L, tw, KC, tw);      // T2
+      run(tw, KC, 5, s_of(1));            // P6 = S2 T2
+      sub_block(tw, KC, b21, L, tw);      // T4
+      run(tw, KC, 3, a_half(1, k1));      // P4 = A22 T4
+      sub_block(b22, L, b12, L, tw);      // T3
+      run(tw, KC, 6, s_of(2));            // P7 = S3 T3
+    }
+  }
+  for (int64_t p = 0; p < pairs; ++p)
+    for (int64_t u = 0; u < units; ++u) {
+      const float *p1 = prod(p, u, 0), *p2 = prod(p, u, 1), *p3 = prod(p, u, 2), *p4 = prod(p, u, 3);
+      const float *p5 = prod(p, u, 4), *p6 = prod(p, u, 5), *p7 = prod(p, u, 6);
+      float *c11 = group(2 * p, 4 * u), *c12 = group(2 * p + 1, 4 * u);
+      float *c21 = group(2 * p, 4 * u + 2), *c22 = group(2 * p + 1, 4 * u + 2);
+      for (int64_t e = 0; e < P; e += 16) {
+        auto ld = [&](const float* a) { return _mm512_load_ps(a + e); };
+        const __m512 u2 = _mm512_add_ps(ld(p1), ld(p6)), u3 = _mm512_add_ps(u2, ld(p7));
+        _mm512_store_ps(c11 + e, _mm512_add_ps(ld(p1), ld(p2)));
+        _mm512_store_ps(c12 + e, _mm512_add_ps(_mm512_add_ps(u2, ld(p5)), ld(p3)));
+        _mm512_store_ps(c21 + e, _mm512_sub_ps(u3, ld(p4)));
+        _mm512_store_ps(c22 + e, _mm512_add_ps(u3, ld(p5)));
+      }
+    }
+}
+#endif
+
+}  // namespace scratchlm

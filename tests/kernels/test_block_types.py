@@ -28,6 +28,7 @@ from scratchlm.kernels.build import native
 from scratchlm.quant.blocks import GGMLBlocks
 from scratchlm.quant.dequantize import KERNEL_TYPES, dequantize_blocks
 from scratchlm.quant.ggml_types import FLOAT_TYPES, GGML
+from tests.kernels.test_linear_kernels import on_one_and_two_threads
 from tests.quant.ggml_c_lib import quantize as c_quantize
 
 BLOCK_TYPES = [t for t in KERNEL_TYPES if t not in FLOAT_TYPES]
@@ -202,14 +203,7 @@ def test_kernel_linear_splits_parts_over_threads(kernels, rows: int) -> None:
     parts = tuple(llama_cpp_blocks(t, 301, 512, i) for i, t in enumerate(("Q4_K", "Q6_K", "Q8_0")))
     lin = ops.block_linear(kernels, parts)
     x = torch.randn(rows, 512)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = lin.forward(x)
-        torch.set_num_threads(2)
-        two = lin.forward(x)
-    finally:
-        torch.set_num_threads(before)
+    one, two = on_one_and_two_threads(lambda: lin.forward(x))
     assert torch.equal(one, two)
     alone = torch.cat([ops.linear_blocks(kernels, x, p) for p in parts], dim=1)
     assert torch.equal(one, alone)  # each part's rows: the same kernel, the same sums

@@ -55,19 +55,24 @@ def test_dense_kernels_equal_linear(kernels, dtype: torch.dtype, b: int) -> None
     assert (got - reference(x, w.float())).abs().max() <= tol(x, w.float())
 
 
+def on_one_and_two_threads(fn):
+    """fn() run with torch on 1 thread, then on 2 (the thread count restored after)."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = fn()
+        torch.set_num_threads(2)
+        return one, fn()
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_kernels_split_rows_over_threads(kernels) -> None:
     """A matrix big enough to be split between threads gives the same rows as one thread."""
     w = torch.randn(3000, 256) * 0.05
     blocks = quantize_blocks(w, "Q4_1")
     x = torch.randn(2, 256)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = ops.linear_blocks(kernels, x, blocks)
-        torch.set_num_threads(2)
-        two = ops.linear_blocks(kernels, x, blocks)
-    finally:
-        torch.set_num_threads(before)
+    one, two = on_one_and_two_threads(lambda: ops.linear_blocks(kernels, x, blocks))
     assert torch.equal(one, two)
 
 

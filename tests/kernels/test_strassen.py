@@ -22,6 +22,7 @@ import torch
 from scratchlm.kernels import ops
 from scratchlm.quant.dequantize import dequantize_blocks
 from tests.kernels.test_block_types import llama_cpp_blocks
+from tests.kernels.test_linear_kernels import on_one_and_two_threads
 
 TYPES = ["Q4_K", "Q6_K", "Q8_0", "IQ4_XS"]
 K = 768  # three chunks of 256
@@ -74,12 +75,5 @@ def test_strassen_level_is_within_each_tokens_fp32_bound(kernels, type_name: str
 def test_strassen_level_does_not_depend_on_the_thread_count(kernels) -> None:
     blocks = llama_cpp_blocks("Q4_K", 24 * 40, K, seed=8)  # enough weight rows to be split between threads
     x = tokens(100, seed=1)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = ops.linear_blocks(kernels, x, blocks)
-        torch.set_num_threads(2)
-        two = ops.linear_blocks(kernels, x, blocks)
-    finally:
-        torch.set_num_threads(before)
+    one, two = on_one_and_two_threads(lambda: ops.linear_blocks(kernels, x, blocks))
     assert torch.equal(one, two)

@@ -7,9 +7,11 @@ gemv.h's passes of 8 rows up to 8, block_gemm.h's blocked GEMM from 9: W widened
 GEMM, quant/block_matmul.py); the peer is torch's fp32 GEMM on the already dequantized matrix (x @ W^T with W
 fp32 in memory: the same FLOPs without any widening, oneDNN/MKL's blocking). The blocks are llama.cpp's
 quantization of 64 Gaussian rows, tiled to N. Each of --repeats rounds waits for a quiet machine
-(benchmarks/quiet.py) and times the three back to back; each keeps its best round. ratio = ours / peer.
+(benchmarks/quiet.py) and times them back to back; each keeps its best round. ratio = ours / peer. From 64 rows
+on AVX-512 ours runs one level of Strassen-Winograd (7/8 of the FMAs; GFLOP/s count the plain product's FLOPs):
+"plain" is ours with it switched off (set_strassen(False)), timed in the same rounds.
 Prints one JSON object:
-  {"types": {T: {"NxK": {"B": {"ours_gflop_s", "tiles_gflop_s", "torch_fp32_gflop_s", "ratio"}}}},
+  {"types": {T: {"NxK": {"B": {"ours_gflop_s", "plain_gflop_s", "tiles_gflop_s", "torch_fp32_gflop_s", "ratio"}}}},
    "threads", "simd", "torch", "quiet": {...}}
     python benchmarks/block_gemm.py [--types Q4_K,Q6_K] [--rows 8,16,32,64,128,256] [--repeats 3] [--threads 2]
 """
@@ -48,6 +50,15 @@ def best_s(fn, calls: int = 3) -> float:
     return best
 
 
+def plain(mod, x: torch.Tensor, w) -> torch.Tensor:
+    """ops.linear_blocks with the Strassen-Winograd level switched off."""
+    before = mod.set_strassen(False)
+    try:
+        return ops.linear_blocks(mod, x, w)
+    finally:
+        mod.set_strassen(before)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--types", default="Q4_K,Q6_K,Q5_0", help="comma-separated block types")
@@ -71,13 +82,15 @@ def main() -> None:
             for b in (int(v) for v in args.rows.split(",")):
                 x = torch.randn(b, k)
                 flop = 2.0 * n * k * b / 1e9
-                best = {"ours": float("inf"), "tiles": float("inf"), "torch": float("inf")}
+                best = {"ours": float("inf"), "plain": float("inf"), "tiles": float("inf"), "torch": float("inf")}
                 for _ in range(args.repeats):
                     wait_quiet(timeout_s=args.quiet_timeout, stats=quiet)
                     best["ours"] = min(best["ours"], best_s(lambda: ops.linear_blocks(mod, x, w)))
+                    best["plain"] = min(best["plain"], best_s(lambda: plain(mod, x, w)))
                     best["tiles"] = min(best["tiles"], best_s(lambda: block_linear(x, w, None, widen)))
                     best["torch"] = min(best["torch"], best_s(lambda: x @ dense.T))
                 row[str(b)] = {"ours_gflop_s": round(flop / best["ours"], 1),
+                               "plain_gflop_s": round(flop / best["plain"], 1),
                                "tiles_gflop_s": round(flop / best["tiles"], 1),
                                "torch_fp32_gflop_s": round(flop / best["torch"], 1),
                                "ratio": round(best["torch"] / best["ours"], 3)}

@@ -11,7 +11,9 @@ one of each family):
   that partner's rounding, ~1e-7 of its scaled sums, not exact zeros);
 - set_strassen(False) gives the plain order, within the same bound, whose rows are the same bits at every batch
   size; on AVX-512 the two orders differ (the level ran), elsewhere they are the same function;
-- two threads give the same bits as one (the pairs are the same rows whatever the split).
+- two threads give the same bits as one (the pairs are the same rows whatever the split);
+- a call whose x holds an inf or a NaN runs the plain order, so the other tokens' outputs stay finite (inf - inf in
+  the sums would reach a token's partner).
 """
 
 from __future__ import annotations
@@ -77,3 +79,16 @@ def test_strassen_level_does_not_depend_on_the_thread_count(kernels) -> None:
     x = tokens(100, seed=1)
     one, two = on_one_and_two_threads(lambda: ops.linear_blocks(kernels, x, blocks))
     assert torch.equal(one, two)
+
+
+def test_a_non_finite_token_does_not_reach_its_partner(kernels) -> None:
+    blocks = llama_cpp_blocks("Q4_K", N_ROWS, K, seed=9)
+    for bad in (float("inf"), float("nan")):
+        x = tokens(128, seed=2)
+        x[5, 17] = bad  # token 5's partner in the unit: 37
+        on = with_strassen(kernels, True, lambda: ops.linear_blocks(kernels, x, blocks))
+        off = with_strassen(kernels, False, lambda: ops.linear_blocks(kernels, x, blocks))
+        rest = torch.ones(128, dtype=torch.bool)
+        rest[5] = False
+        assert bool(torch.isfinite(on[rest]).all())
+        assert torch.equal(on[rest], off[rest])

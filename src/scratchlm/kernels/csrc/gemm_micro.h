@@ -82,13 +82,19 @@ struct PackedX {
 
 #if defined(SCRATCHLM_AVX512)
   // 2^e for a row of n values (n % 16 == 0) whose largest |value| is f * 2^e, f in [0.5, 1); e kept in [-64, 64]
-  // (1 for a row of zeros, or one that holds an inf / NaN)
+  // (1 for a row of zeros); 0 for a row that holds an inf or a NaN
   static float up_scale(const float* row, int64_t n) {
     __m512 m = _mm512_setzero_ps();
-    for (int64_t k = 0; k < n; k += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(row + k)));
+    __mmask16 bad = 0;
+    for (int64_t k = 0; k < n; k += 16) {
+      const __m512 v = _mm512_loadu_ps(row + k);
+      m = _mm512_max_ps(m, _mm512_abs_ps(v));
+      bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_NEQ_UQ);  // v - v: NaN for inf / NaN
+    }
+    if (bad) return 0.0f;
     const float top = _mm512_reduce_max_ps(m);
     int e = 0;
-    if (std::isfinite(top) && top > 0.0f) std::frexp(top, &e);
+    if (top > 0.0f) std::frexp(top, &e);
     return std::ldexp(1.0f, std::clamp(e, -64, 64));
   }
 #endif
@@ -111,6 +117,7 @@ struct PackedX {
 #endif
     units = sw ? B / SW_TOKENS : 0, chunks = K / SW_K;
     if (units > 0) up.resize(B); else up.clear();
+    std::atomic<bool> finite{true};  // every token's x (Strassen-Winograd's condition, below)
     parallel_chunks(tiles, B * K >= PACK_SPLIT ? 1 : tiles, [&](int64_t t0, int64_t t1) {
       for (int64_t tile = t0; tile < t1; ++tile) {
         float* dst = t + tile * K * GEMM_NT;
@@ -118,7 +125,11 @@ struct PackedX {
         const float* src = x + b0 * K;
         int64_t k = 0;
 #if defined(SCRATCHLM_AVX512)
-        for (int64_t l = 0; units > 0 && l < lanes; ++l) up[b0 + l] = up_scale(src + l * K, K);
+        for (int64_t l = 0; units > 0 && l < lanes; ++l) {
+          const float u = up_scale(src + l * K, K);
+          up[b0 + l] = u > 0.0f ? u : 1.0f;
+          if (u == 0.0f) finite.store(false, std::memory_order_relaxed);
+        }
         for (; k + 16 <= K; k += 16) {  // 16 tokens x 16 columns through a register transpose: whole lines
           __m512 v[16];
           for (int64_t l = 0; l < 16; ++l) v[l] = l < lanes ? _mm512_loadu_ps(src + l * K + k) : _mm512_setzero_ps();
@@ -136,6 +147,9 @@ struct PackedX {
       }
     });
 #if defined(SCRATCHLM_AVX512)
+    // an inf / NaN in a token's x would reach its partner's outputs through the sums (inf - inf): such a call
+    // runs the plain order (the scaling stays: exact, undone as y lands)
+    if (!finite.load()) units = 0;
     if (units > 0) sums();
 #endif
   }

@@ -136,7 +136,7 @@ def test_prompt_gemm_equals_linear_on_dequantized(kernels, type_name: str) -> No
     fp32 bound, for 9-120 rows (partial token tiles; 120 x K packs its tiles on several threads), 13 and 23 weight
     rows (remainder groups of 1, 5 and 11 rows) and K over two slices (a partial one for the 32-value types); every
     row the same bits whatever the batch size (each (token, row) sum has one fixed order) with the Strassen-Winograd
-    level off (from 64 tokens it pairs tokens: tests/kernels/test_strassen.py)."""
+    level off (from 49 tokens it pairs tokens: tests/kernels/test_strassen.py)."""
     k = 512 if GGML[type_name].block_size == 256 else 288
     for n_rows in (N, 23):
         blocks = llama_cpp_blocks(type_name, n_rows, k, seed=3)
@@ -153,7 +153,7 @@ def test_prompt_gemm_equals_linear_on_dequantized(kernels, type_name: str) -> No
         finally:
             kernels.set_strassen(before)
         assert all(torch.equal(plain[120][:b], plain[b]) for b in (9, 29, 40))
-        assert all(torch.equal(plain[b], got[b]) for b in (9, 29, 40))  # below 64 tokens: the plain order
+        assert all(torch.equal(plain[b], got[b]) for b in (9, 29, 40))  # below 49 tokens: the plain order
 
 
 def test_k_quants_need_whole_super_blocks(kernels) -> None:

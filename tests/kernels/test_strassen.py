@@ -1,10 +1,12 @@
 """The prompt GEMM's Strassen-Winograd level (kernels/csrc/strassen_gemm.h) against float64 and the plain order.
 
-On AVX-512 builds, from 64 tokens (units of 64) with K a multiple of 256, pairs of 12-row weight groups take one
+On AVX-512 builds, from 49 tokens (units of four 16-token tiles, a last tile's padding lanes zero tokens) with K a
+multiple of 256, pairs of 12-row weight groups take one
 level of Strassen-Winograd (7 block products for 8). Per block type that reaches it (a 32-value and a 256-value
 one of each family):
 - == float64 x @ W^T (W = dequantize_blocks) within the fp32 bound of each token on its own (1e-6 * that token's
-  max_n sum_k |x_k w_nk| + 1e-7), for 64, 100 and 130 tokens (tiles past the units: the plain micro-kernels) and
+  max_n sum_k |x_k w_nk| + 1e-7), for 56, 64, 100, 120 and 130 tokens (56, 120: a last unit with padding lanes;
+  100, 130: tiles past the units, the plain micro-kernels) and
   85 weight rows (three pairs of 12-row groups and 13 rows past them), with one token 2^20 times the size of the
   others: each token's x is scaled by a power of two to its own range first, so the large token's rounding does not
   reach the sums of its partner (the token 32 places from it in its unit of 64: a zero token's outputs would be
@@ -56,7 +58,7 @@ def test_strassen_level_is_within_each_tokens_fp32_bound(kernels, type_name: str
     blocks = llama_cpp_blocks(type_name, N_ROWS, K, seed=7)
     w = dequantize_blocks(blocks)
     x = tokens(130)
-    for b in (64, 100, 130):
+    for b in (56, 64, 100, 120, 130):
         ref = x[:b].double() @ w.double().T
         bound = per_token_bound(x[:b], w)
         on = with_strassen(kernels, True, lambda: ops.linear_blocks(kernels, x[:b], blocks))
@@ -69,7 +71,7 @@ def test_strassen_level_is_within_each_tokens_fp32_bound(kernels, type_name: str
         else:
             assert torch.equal(on, off)
     plain = with_strassen(kernels, False, lambda: ops.linear_blocks(kernels, x, blocks))
-    for b in (64, 100):
+    for b in (56, 64, 100):
         same = with_strassen(kernels, False, lambda: ops.linear_blocks(kernels, x[:b], blocks))
         assert torch.equal(same, plain[:b])
 

@@ -16,9 +16,10 @@
 //   row block's last slice is done, while its sums are still in L2.
 // Every y[t, n] is sum_k x[t, k] w[n, k] in one fixed order (k ascending within a KC slice, the slices' sums
 // added in order), whatever the thread split: results do not depend on the number of threads. Without
-// Strassen-Winograd (other targets than AVX-512, K not a multiple of SW_K, fewer than 64 tokens, or
+// Strassen-Winograd (other targets than AVX-512, K not a multiple of SW_K, fewer than 49 tokens, or
 // set_strassen(False)) they do not depend on the tile, row group or batch size either; with it (strassen_gemm.h:
-// from 64 tokens, pairs of row groups) a token's sums also depend on the token 32 places from it in its unit of 64,
+// from four 16-token tiles, pairs of row groups) a token's sums also depend on the token 32 places from it in its
+// unit of four tiles,
 // within the same fp32 bound. The order differs from gemv.h's (fp32 rounding only). 2-core Zen 3, Q4_K
 // 8192 x 2048: ~100-130 GFLOP/s at 16-128 tokens against gemv.h's ~58 (benchmarks/block_gemm.py, RESULTS.md).
 //

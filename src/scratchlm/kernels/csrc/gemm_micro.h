@@ -28,7 +28,7 @@ constexpr int64_t GEMM_KC = 256;       // K per widened slice (a multiple of eve
 constexpr int64_t GEMM_MC = 8 * GEMM_R;  // rows per row block: its sums at 128 tokens, 48 (96) x 128 fp32, in L2
 constexpr int64_t GEMM_MIN_ROWS = 9;  // more rows than one of gemv.h's passes of 8 (RESULTS.md)
 constexpr int64_t PACK_SPLIT = 32 * 1024;  // x values from which PackedX::pack splits its tiles over threads
-constexpr int64_t SW_TOKENS = 4 * GEMM_NT;  // tokens per Strassen-Winograd unit: two halves of two tiles
+constexpr int64_t SW_TOKENS = 4 * GEMM_NT;  // token slots per Strassen-Winograd unit: two halves of two tiles
 constexpr int64_t SW_K = GEMM_KC;           // K per Strassen-Winograd chunk: one widened slice
 constexpr int64_t SW_HALF = SW_K / 2;       // and its halves
 
@@ -70,7 +70,8 @@ struct PackedX {
   std::vector<float> buf;
   float* t = nullptr;  // into buf: not copyable
   int64_t B = 0, K = 0, tiles = 0;
-  // Strassen-Winograd (strassen_gemm.h; units > 0: the first units * 64 tokens, K in `chunks` chunks of SW_K):
+  // Strassen-Winograd (strassen_gemm.h; units > 0: the first units * 4 tiles, from 49 tokens: a last partial tile's
+  // padding lanes are zero tokens whose sums are not stored; K in `chunks` chunks of SW_K):
   // each token's row is packed scaled by a power of two, 1 / up[b], to a largest |value| in [0.5, 1) (exact;
   // gemm_block_rows multiplies back), so that a sum of two tokens' values below rounds at each one's own scale;
   // s holds the x side's sums per (unit, chunk): S1 = A21 + A22, S2 = S1 - A11, S3 = A11 - A21, S4 = A12 - S2
@@ -115,7 +116,7 @@ struct PackedX {
 #else
     const bool sw = false;
 #endif
-    units = sw ? B / SW_TOKENS : 0, chunks = K / SW_K;
+    units = sw ? tiles * GEMM_NT / SW_TOKENS : 0, chunks = K / SW_K;  // a last tile's padding lanes are zero tokens
     if (units > 0) up.resize(B); else up.clear();
     std::atomic<bool> finite{true};  // every token's x (Strassen-Winograd's condition, below)
     parallel_chunks(tiles, B * K >= PACK_SPLIT ? 1 : tiles, [&](int64_t t0, int64_t t1) {

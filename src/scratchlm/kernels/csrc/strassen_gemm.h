@@ -26,7 +26,7 @@ inline void sub_block(const float* a, int64_t lda, const float* b, int64_t ldb, 
 }
 
 // One level of Strassen-Winograd on the first `pairs` pairs of R-row groups of a row block (wb: its first row's
-// bytes), for the packed tokens' first xp.units units of 64: per (pair, unit, SW_K-column chunk) the 2 x 2 x 2
+// bytes), for the packed tokens' first xp.units units of four tiles (64 token slots): per (pair, unit, SW_K-column chunk) the 2 x 2 x 2
 // block product C = A B (A: the unit's tokens x the chunk's columns, halves of 32 tokens and SW_HALF columns;
 // B = W^T: the chunk x the pair, halves of SW_HALF columns and R rows) in 7 micro-kernel products instead of 8:
 //   T1 = B12 - B11, T2 = B22 - T1, T3 = B22 - B12, T4 = T2 - B21 (the W side, on the widened slices)

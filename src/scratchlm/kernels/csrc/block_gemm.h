@@ -89,10 +89,8 @@ void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy,
     if (g >= std::min(GEMM_MC, rows - m0)) g = 0, k0 += GEMM_KC;
     if (k0 >= K) k0 = 0, m0 += GEMM_MC;
     if (m0 >= rows) return;
-    const int64_t nr = std::min<int64_t>(GEMM_R, rows - m0 - g), nb = std::min(GEMM_KC, K - k0) / Block::QK * Block::BYTES;
-    const uint8_t* p = w + (n0 + m0 + g) * row_bytes + k0 / Block::QK * Block::BYTES;
-    for (int64_t q = 0; q < nr; ++q)
-      for (int64_t b = 0; b < nb; b += 64) __builtin_prefetch(p + q * row_bytes + b, 0, 2);
+    prefetch_slice<Block>(w + (n0 + m0 + g) * row_bytes, row_bytes, std::min<int64_t>(GEMM_R, rows - m0 - g), k0,
+                          std::min(GEMM_KC, K - k0));
   };
   // each token's values back at x's scale (PackedX's power-of-two scaling for Strassen-Winograd), then fin
   auto unscaled = [&](int64_t b, int64_t lo, int64_t hi) {

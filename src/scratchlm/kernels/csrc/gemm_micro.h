@@ -126,23 +126,25 @@ struct PackedX {
         const float* src = x + b0 * K;
         int64_t k = 0;
 #if defined(SCRATCHLM_AVX512)
-        for (int64_t l = 0; units > 0 && l < lanes; ++l) {
-          const float u = up_scale(src + l * K, K);
-          up[b0 + l] = u > 0.0f ? u : 1.0f;
+        __m512 down[16];  // each token's 1 / up (Strassen-Winograd's scaling), or 1
+        for (int64_t l = 0; l < lanes; ++l) {
+          const float u = units > 0 ? up_scale(src + l * K, K) : 1.0f;
           if (u == 0.0f) finite.store(false, std::memory_order_relaxed);
+          if (units > 0) up[b0 + l] = u > 0.0f ? u : 1.0f;
+          down[l] = _mm512_set1_ps(units > 0 ? 1.0f / up[b0 + l] : 1.0f);
         }
         for (; k + 16 <= K; k += 16) {  // 16 tokens x 16 columns through a register transpose: whole lines
           __m512 v[16];
           for (int64_t l = 0; l < 16; ++l) v[l] = l < lanes ? _mm512_loadu_ps(src + l * K + k) : _mm512_setzero_ps();
           if (units > 0)
-            for (int64_t l = 0; l < lanes; ++l) v[l] = _mm512_mul_ps(v[l], _mm512_set1_ps(1.0f / up[b0 + l]));
+            for (int64_t l = 0; l < lanes; ++l) v[l] = _mm512_mul_ps(v[l], down[l]);
           transpose16(v);
           for (int i = 0; i < 16; ++i) _mm512_store_ps(dst + (k + i) * GEMM_NT, v[i]);
         }
 #endif
-        for (; k < K; ++k) {
+        for (; k < K; ++k) {  // (not reached with units > 0: K is then a multiple of SW_K)
           float* line = dst + k * GEMM_NT;
-          for (int64_t l = 0; l < lanes; ++l) line[l] = units > 0 ? src[l * K + k] / up[b0 + l] : src[l * K + k];
+          for (int64_t l = 0; l < lanes; ++l) line[l] = src[l * K + k];
           for (int64_t l = lanes; l < GEMM_NT; ++l) line[l] = 0.0f;
         }
       }
@@ -282,6 +284,15 @@ inline void gemm_micro2_rows(int rows, const float* w, int64_t ldw, const float*
   }
 }
 #endif
+
+// The bytes of `rows` rows of W from w (row_bytes apart), columns [k0, k0 + kc), prefetched into L2: rows row_bytes
+// apart are not a stream the hardware prefetcher follows
+template <typename Block>
+inline void prefetch_slice(const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k0, int64_t kc) {
+  const uint8_t* p = w + k0 / Block::QK * Block::BYTES;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < kc / Block::QK * Block::BYTES; b += 64) __builtin_prefetch(p + r * row_bytes + b, 0, 2);
+}
 
 // `rows` rows of W from w (row_bytes apart), columns [k0, k0 + kc), widened into out (rows x kc, ld GEMM_KC).
 template <typename Block>

@@ -376,7 +376,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_bf16", &linear_bf16, nogil(), "x (B, K) fp32 @ W (N, K) bf16 ^T -> (B, N)");
   m.def("has_avx512", &has_avx512, "built with the AVX-512 inner loops");
   m.def("set_strassen", &set_strassen, "the AVX-512 prompt GEMM with one level of Strassen-Winograd (true, the "
-        "default: 7/8 of the FMAs from 64 tokens) or the plain order; returns the old value");
+        "default: 7/8 of the FMAs from 49 tokens) or the plain order; returns the old value");
   m.def("set_fixed24", &set_fixed24, "one batch row of Q4_K / Q5_K / Q6_K with x as 24-bit fixed point and integer "
         "dot products (gemv_fixed24.h, the default where built) or the fp32 kernels; returns the old value");
   m.def("has_fixed24", &has_fixed24, "built with gemv_fixed24.h (AVX512-VNNI)");

@@ -22,13 +22,15 @@ namespace scratchlm {
 inline void sub_block(const float* a, int64_t lda, const float* b, int64_t ldb, float* out) {
   for (int r = 0; r < GEMM_R; ++r)
     for (int64_t e = 0; e < SW_HALF; e += 16)
-      _mm512_store_ps(out + r * SW_HALF + e, _mm512_sub_ps(_mm512_load_ps(a + r * lda + e), _mm512_load_ps(b + r * ldb + e)));
+      _mm512_store_ps(out + r * SW_HALF + e,
+                      _mm512_sub_ps(_mm512_load_ps(a + r * lda + e), _mm512_load_ps(b + r * ldb + e)));
 }
 
 // One level of Strassen-Winograd on the first `pairs` pairs of R-row groups of a row block (wb: its first row's
-// bytes), for the packed tokens' first xp.units units of four tiles (64 token slots): per (pair, unit, SW_K-column chunk) the 2 x 2 x 2
-// block product C = A B (A: the unit's tokens x the chunk's columns, halves of 32 tokens and SW_HALF columns;
-// B = W^T: the chunk x the pair, halves of SW_HALF columns and R rows) in 7 micro-kernel products instead of 8:
+// bytes), for the packed tokens' first xp.units units of four tiles (64 token slots): per (pair, unit, SW_K-column
+// chunk) the 2 x 2 x 2 block product C = A B (A: the unit's tokens x the chunk's columns, halves of 32 tokens and
+// SW_HALF columns; B = W^T: the chunk x the pair, halves of SW_HALF columns and R rows) in 7 micro-kernel products
+// instead of 8:
 //   T1 = B12 - B11, T2 = B22 - T1, T3 = B22 - B12, T4 = T2 - B21 (the W side, on the widened slices)
 //   P1 = A11 B11, P2 = A12 B21, P3 = S4 B22, P4 = A22 T4, P5 = S1 T1, P6 = S2 T2, P7 = S3 T3 (S: PackedX)
 //   C11 = P1 + P2, C12 = P1 + P6 + P5 + P3, C21 = P1 + P6 + P7 - P4, C22 = P1 + P6 + P7 + P5
@@ -62,11 +64,7 @@ inline void strassen_rows(const PackedX& xp, const uint8_t* wb, int64_t row_byte
       widen_slice<Block>(w0 + R * row_bytes, row_bytes, R, k0, SW_K, wb2);
       {  // the next pair's bytes (or the first pair's of the next chunk) while this pair's products run
         const int64_t np = p + 1 < pairs ? p + 1 : 0, nk = p + 1 < pairs ? k0 : k0 + SW_K;
-        if (nk < K) {
-          const uint8_t* q = wb + 2 * np * R * row_bytes + nk / Block::QK * Block::BYTES;
-          for (int64_t r = 0; r < 2 * R; ++r)
-            for (int64_t b = 0; b < SW_K / Block::QK * Block::BYTES; b += 64) __builtin_prefetch(q + r * row_bytes + b, 0, 2);
-        }
+        if (nk < K) prefetch_slice<Block>(wb + 2 * np * R * row_bytes, row_bytes, 2 * R, nk, SW_K);
       }
       for (int64_t j = units * 4; j < tiles; j += 2) {  // the tokens past the units: the plain micro-kernels
         const float* xt = xp.t + (j * K + k0) * NT;
@@ -78,36 +76,27 @@ inline void strassen_rows(const PackedX& xp, const uint8_t* wb, int64_t row_byte
             gemm_micro<R, SW_K>(q ? wb2 : wa, L, xt, SW_K, cg);
         }
       }
-      auto run = [&](const float* wv, int64_t ldw, int i, auto x_of) {  // P_i += x_of(u) (two tiles) . wv, each unit
-        for (int64_t u = 0; u < units; ++u) {
-          const float* xa;
-          int64_t step;
-          x_of(u, xa, step);
+      // P_i += (x's two tiles from xa, `step` apart; the next unit's `per_unit` further) . wv, for every unit
+      auto run = [&](const float* wv, int64_t ldw, int i, const float* xa, int64_t step, int64_t per_unit) {
+        for (int64_t u = 0; u < units; ++u, xa += per_unit) {
           float* pc = prod(p, u, i);
           gemm_micro2<R, KC>(wv, ldw, xa, xa + step, KC, pc, pc + R * NT);
         }
       };
-      auto a_half = [&](int64_t half, int64_t k) {  // A (tokens half, columns from k) in the packed tiles
-        return [&, half, k](int64_t u, const float*& xa, int64_t& step) {
-          xa = xp.t + ((4 * u + 2 * half) * K + k) * NT, step = K * NT;
-        };
-      };
-      auto s_of = [&](int i) {  // S_{i+1} of this chunk
-        return [&, i](int64_t u, const float*& xa, int64_t& step) {
-          xa = xp.s.data() + (((u * xp.chunks + c) * 4 + i) * 2) * KC * NT, step = KC * NT;
-        };
-      };
-      run(b11, L, 0, a_half(0, k0));      // P1 = A11 B11
-      run(b21, L, 1, a_half(0, k1));      // P2 = A12 B21
-      run(b22, L, 2, s_of(3));            // P3 = S4 B22
-      sub_block(b12, L, b11, L, tw);      // T1
-      run(tw, KC, 4, s_of(0));            // P5 = S1 T1
-      sub_block(b22, L, tw, KC, tw);      // T2
-      run(tw, KC, 5, s_of(1));            // P6 = S2 T2
-      sub_block(tw, KC, b21, L, tw);      // T4
-      run(tw, KC, 3, a_half(1, k1));      // P4 = A22 T4
-      sub_block(b22, L, b12, L, tw);      // T3
-      run(tw, KC, 6, s_of(2));            // P7 = S3 T3
+      const float* a0 = xp.t + k0 * NT;  // unit 0's A11 (A12 at + KC * NT; A21 2 tiles on, at + 2 * K * NT)
+      const float* s0 = xp.s.data() + c * 8 * KC * NT;  // unit 0's S1 of this chunk (S_{i+1} at + 2 i KC * NT)
+      const int64_t a_step = K * NT, a_unit = 4 * K * NT, s_step = KC * NT, s_unit = xp.chunks * 8 * KC * NT;
+      run(b11, L, 0, a0, a_step, a_unit);                            // P1 = A11 B11
+      run(b21, L, 1, a0 + KC * NT, a_step, a_unit);                  // P2 = A12 B21
+      run(b22, L, 2, s0 + 6 * s_step, s_step, s_unit);               // P3 = S4 B22
+      sub_block(b12, L, b11, L, tw);                                 // T1
+      run(tw, KC, 4, s0, s_step, s_unit);                            // P5 = S1 T1
+      sub_block(b22, L, tw, KC, tw);                                 // T2
+      run(tw, KC, 5, s0 + 2 * s_step, s_step, s_unit);               // P6 = S2 T2
+      sub_block(tw, KC, b21, L, tw);                                 // T4
+      run(tw, KC, 3, a0 + 2 * a_step + KC * NT, a_step, a_unit);     // P4 = A22 T4
+      sub_block(b22, L, b12, L, tw);                                 // T3
+      run(tw, KC, 6, s0 + 4 * s_step, s_step, s_unit);               // P7 = S3 T3
     }
   }
   for (int64_t p = 0; p < pairs; ++p)

@@ -1,5 +1,5 @@
-"""One batch row of Q4_K / Q5_K / Q6_K through gemv_fixed24.h (AVX512-VNNI builds): x as 24-bit fixed point
-per 32 values, integer dot products.
+"""One batch row of Q4_K / Q5_K / Q6_K through gemv_fixed24.h (AVX512-VNNI builds) and of Q4_0 / Q4_1 / Q5_0 /
+Q5_1 through gemv_fixed24_b32.h (VNNI and VBMI): x as 24-bit fixed point per 32 values, integer dot products.
 
 Checked against float64 on the dequantized matrix (quant/dequantize.py), with x rounded by a torch model written
 here from the method's definition (not from the kernel's code):
@@ -20,7 +20,7 @@ from scratchlm.kernels.build import native
 from scratchlm.quant.dequantize import dequantize_blocks
 from tests.kernels.test_block_types import llama_cpp_blocks, random_blocks, tol
 
-TYPES = ["Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
 FIXED_MAX = 2**23 - 2**16
 
 
@@ -30,6 +30,11 @@ def kernels():
     if mod is None or not mod.has_fixed24():
         pytest.skip("gemv_fixed24.h needs the compiled kernels on an AVX512-VNNI CPU")
     return mod
+
+
+def needs_kernel(kernels, type_name: str) -> None:
+    if type_name[-2:] != "_K" and not kernels.has_fixed24_b32():
+        pytest.skip("gemv_fixed24_b32.h needs AVX512-VBMI besides VNNI")
 
 
 def rounded(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,8 +63,12 @@ def activations(k: int, seed: int) -> list[torch.Tensor]:
 @pytest.mark.parametrize("source", ["random", "llama.cpp"])
 @pytest.mark.parametrize("type_name", TYPES)
 def test_fixed24_equals_rounded_x_in_float64(kernels, type_name: str, source: str) -> None:
+    needs_kernel(kernels, type_name)
     maker = random_blocks if source == "random" else llama_cpp_blocks
-    for n, k in ((13, 512), (37, 2048)):  # row tiles of 4 and a remainder; one and eight super-blocks
+    shapes = [(13, 512), (37, 2048)]  # row tiles of 4 and a remainder; two and eight super-blocks / 128-value steps
+    if type_name[-2:] != "_K":
+        shapes += [(6, 96), (5, 576), (9, 1504)]  # the last step of 3, 2, 1 blocks (32 values each)
+    for n, k in shapes:
         blocks = maker(type_name, n, k, seed=3)
         w = dequantize_blocks(blocks).double()
         for x in activations(k, seed=n):
@@ -74,6 +83,7 @@ def test_fixed24_equals_rounded_x_in_float64(kernels, type_name: str, source: st
 
 @pytest.mark.parametrize("type_name", TYPES)
 def test_fixed24_switch_and_non_finite_x(kernels, type_name: str) -> None:
+    needs_kernel(kernels, type_name)
     blocks = llama_cpp_blocks(type_name, 13, 512, seed=4)
     w = dequantize_blocks(blocks).double()
     x = torch.randn(1, 512, generator=torch.Generator().manual_seed(5))

@@ -61,6 +61,35 @@ constexpr bool has_fixed24() {
 #endif
 }
 
+#if defined(SCRATCHLM_FIXED24)
+// The 32 values at x rounded as above: X[0] / X[1] the int32 X of values 0-15 / 16-31; returns 2^-k (0 for an
+// all-zero block, NaN when x holds an inf or a NaN: y is then NaN, as fp32's).
+inline float fixed24_round32(const float* x, __m512i* X) {
+  constexpr int RNE = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+  X[0] = X[1] = _mm512_setzero_si512();
+  if (!std::isfinite(amax)) return std::nanf("");
+  if (amax == 0.0f) return 0.0f;
+  int e;
+  std::frexp(amax, &e);  // amax = m 2^e, m in [0.5, 1)
+  int k = 23 - e;
+  if (std::ldexp(amax, k) > static_cast<float>(FIXED24_MAX)) --k;
+  const __m512 p = _mm512_set1_ps(static_cast<float>(k));
+  X[0] = _mm512_cvt_roundps_epi32(_mm512_scalef_ps(x0, p), RNE);  // x 2^k exactly, then to nearest even
+  X[1] = _mm512_cvt_roundps_epi32(_mm512_scalef_ps(x1, p), RNE);
+  return std::ldexp(1.0f, -k);
+}
+
+// The balanced base-256 digits of 16 X values, one int8 each: d[0] = a2, d[1] = a1, d[2] = a0 (X = 65536 a2 +
+// 256 a1 + a0; a0 the low byte read as int8, a1 the low byte of (X - a0) / 256, a2 the rest).
+inline void fixed24_digits(__m512i a0, __m128i* d) {
+  const __m512i r1 = _mm512_srai_epi32(_mm512_sub_epi32(a0, _mm512_srai_epi32(_mm512_slli_epi32(a0, 24), 24)), 8);
+  const __m512i a2 = _mm512_srai_epi32(_mm512_sub_epi32(r1, _mm512_srai_epi32(_mm512_slli_epi32(r1, 24), 24)), 8);
+  d[0] = _mm512_cvtepi32_epi8(a2), d[1] = _mm512_cvtepi32_epi8(r1), d[2] = _mm512_cvtepi32_epi8(a0);
+}
+#endif
+
 // x of one batch row, rounded (see above), for both chunk orders. Per 256-value super-block i:
 //   pair / index: chunk c (0..3) at (4 i + c) * 192: digits a2, a1, a0 (64 bytes each) of the chunk's 64 values
 //                 (prepare_q8: at (4 i + c) * 64, the one digit q)
@@ -115,39 +144,21 @@ struct Fixed24X {
   // x: K values, K a multiple of 256.
   void prepare(const float* x, int64_t K_) {
     layout(K_, 3);
-    constexpr int RNE = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     for (int64_t b = 0; b < K / 32; ++b) {
       const int64_t i = b / 8, s = b % 8;
-      const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-      int k = 0;
-      float xsc = 0.0f;  // 2^-k; 0 for an all-zero block, NaN when x holds an inf or a NaN (y is NaN, as fp32's)
-      __m512i X[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-      if (!std::isfinite(amax)) {
-        xsc = std::nanf("");
-      } else if (amax > 0.0f) {
-        int e;
-        std::frexp(amax, &e);  // amax = m 2^e, m in [0.5, 1)
-        k = 23 - e;
-        if (std::ldexp(amax, k) > static_cast<float>(FIXED24_MAX)) --k;
-        const __m512 p = _mm512_set1_ps(static_cast<float>(k));
-        X[0] = _mm512_cvt_roundps_epi32(_mm512_scalef_ps(x0, p), RNE);  // x 2^k exactly, then to nearest even
-        X[1] = _mm512_cvt_roundps_epi32(_mm512_scalef_ps(x1, p), RNE);
-        xsc = std::ldexp(1.0f, -k);
-      }
+      __m512i X[2];
+      const float xsc = fixed24_round32(x + 32 * b, X);
       const int pc = 2 * static_cast<int>(s / 4) + static_cast<int>(s % 2), ph = static_cast<int>(s % 4) / 2;
       const int ic = static_cast<int>(s / 2), ih = static_cast<int>(s % 2);
       int32_t half_sum[2];
       for (int h = 0; h < 2; ++h) {
-        const __m512i a0 = X[h];
-        const __m512i r1 = _mm512_srai_epi32(_mm512_sub_epi32(a0, _mm512_srai_epi32(_mm512_slli_epi32(a0, 24), 24)), 8);
-        const __m512i a2 = _mm512_srai_epi32(_mm512_sub_epi32(r1, _mm512_srai_epi32(_mm512_slli_epi32(r1, 24), 24)), 8);
-        const __m128i d[3] = {_mm512_cvtepi32_epi8(a2), _mm512_cvtepi32_epi8(r1), _mm512_cvtepi32_epi8(a0)};
+        __m128i d[3];
+        fixed24_digits(X[h], d);
         for (int plane = 0; plane < 3; ++plane) {
           _mm_storeu_si128(reinterpret_cast<__m128i*>(pair + ((4 * i + pc) * 3 + plane) * 64 + 32 * ph + 16 * h), d[plane]);
           _mm_storeu_si128(reinterpret_cast<__m128i*>(index + ((4 * i + ic) * 3 + plane) * 64 + 32 * ih + 16 * h), d[plane]);
         }
-        half_sum[h] = _mm512_reduce_add_epi32(a0);  // |sum| <= 16 * 2^23: exact
+        half_sum[h] = _mm512_reduce_add_epi32(X[h]);  // |sum| <= 16 * 2^23: exact
       }
       k4s[16 * i + s] = xsc;
       k4o[16 * i + 8 + s] = xsc * static_cast<float>(half_sum[0] + half_sum[1]);

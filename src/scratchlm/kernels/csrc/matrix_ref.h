@@ -20,6 +20,7 @@
 #include "gemv.h"
 #include "gemv_centered.h"
 #include "gemv_fixed24.h"
+#include "gemv_fixed24_b32.h"
 #include "gemv_a8.h"
 #include "gemv_a8_blocks.h"
 #include "parallel.h"
@@ -89,9 +90,10 @@ struct PreparedX {
   PackedX packed;
   SumsX sums;
   Fixed24X fixed, fixed8;  // fixed8: the A8 rounding of x (per 256) as gemv_fixed24.h's one-plane form
+  Fixed24X32 fixed32;      // gemv_fixed24_b32.h's order of x (the 32-value block types)
 
   void reset() {
-    act32.qk = act256.qk = 0, a8_32.B = a8_256.B = 0, packed.B = 0, sums.K = 0, fixed.K = 0, fixed8.K = 0;
+    act32.qk = act256.qk = 0, a8_32.B = a8_256.B = 0, packed.B = 0, sums.K = 0, fixed.K = 0, fixed8.K = 0, fixed32.K = 0;
   }
   const ActRows& act(int format) const { return act_qk(format) == 256 ? act256 : act32; }
   const PackedA8& a8(int format) const { return act_qk(format) == 256 ? a8_256 : a8_32; }
@@ -154,10 +156,16 @@ struct MatrixRef {
                          [](auto blk) { return has_centered<decltype(blk)>(); });
   }
 
-  // True when one batch row goes through gemv_fixed24.h (x prepared once per call as Fixed24X).
+  // True when one batch row goes through gemv_fixed24.h (x prepared once per call as Fixed24X) or, for the
+  // 32-value block types, gemv_fixed24_b32.h (as Fixed24X32: fixed24_b32(B)).
   bool fixed24(int64_t B) const {
+    return one_row_route(B, is_plain_blocks(format), fixed24_enabled, [](auto blk) {
+      return has_fixed24<decltype(blk)>() || has_fixed24_b32<decltype(blk)>();
+    });
+  }
+  bool fixed24_b32(int64_t B) const {
     return one_row_route(B, is_plain_blocks(format), fixed24_enabled,
-                         [](auto blk) { return has_fixed24<decltype(blk)>(); });
+                         [](auto blk) { return has_fixed24_b32<decltype(blk)>(); });
   }
 
   // True when one batch row of an A8 row format of Q4_K / Q5_K / Q6_K goes through gemv_fixed24.h's one-plane form
@@ -177,7 +185,9 @@ struct MatrixRef {
   // x's forms this matrix reads at B rows into px (those not there yet).
   void prepare(const float* x, int64_t B, PreparedX& px) const {
     if (gemm(B) && px.packed.B == 0) px.packed.pack(x, B, K);
-    if (fixed24(B)) {
+    if (fixed24_b32(B)) {
+      if (px.fixed32.K == 0) px.fixed32.prepare(x, K);
+    } else if (fixed24(B)) {
       if (px.fixed.K == 0) px.fixed.prepare(x, K);
     } else if (centered(B) && px.sums.K == 0) {
       px.sums.prepare(x, K);
@@ -214,6 +224,13 @@ struct MatrixRef {
     const auto* bytes = static_cast<const uint8_t*>(data);
     const Fixed24X* one_row = fixed24(B) ? fixed : (fixed8(B) ? &px.fixed8 : nullptr);
     auto fin = [&](int64_t b, int64_t lo, int64_t hi) { finish_row(y, b, lo, hi, residual); };  // the GEMMs' rows
+    if (B == 1 && px.fixed32.K == K && fixed24_b32(B)) {  // prepared by the caller: the switch may move
+      visit_blocks(format, [&](auto blk) {
+        if constexpr (has_fixed24_b32<decltype(blk)>()) fixed24_b32_rows<decltype(blk)>(px.fixed32, bytes, y, n0, n1);
+      });
+      finish_row(y, 0, n0, n1, residual);
+      return;
+    }
     if (B == 1 && one_row != nullptr && one_row->K == K) {  // prepared by the caller: the switch may move
       visit_blocks(format, [&](auto blk) {
         if constexpr (has_fixed24<decltype(blk)>()) fixed24_rows<decltype(blk)>(*one_row, bytes, y, n0, n1);

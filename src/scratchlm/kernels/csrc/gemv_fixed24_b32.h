@@ -1,0 +1,238 @@
+// One batch row (decoding) of y = x @ W^T on the 32-value block types Q4_0 / Q4_1 / Q5_0 / Q5_1 with AVX512-VNNI,
+// VBMI and BITALG: gemv_fixed24.h's method (x as 24-bit fixed point per 32 values, X = rne(x 2^k), three int8 digits;
+// every product and sum exact in integers, fp32 only after) on blocks whose scale covers 32 values.
+//
+// A block holds w = d (q - c) (Q4_0: c = 8, Q5_0: c = 16) or w = d q + m (Q4_1, Q5_1), q unsigned (0..15 / 31), so
+//   x~ . W[n] = sum over blocks b ( d_b 2^-k_b * sum_i (q_i - c) X_i  +  m_b 2^-k_b * sum_i X_i )
+// Four blocks (128 values) are one step: their 16-byte quant arrays as one register (vpermt2b from two loads that
+// end at the last block's end), low nibbles (values 0-15 of each block) and high nibbles (16-31) as two registers
+// of unsigned bytes; Q5's fifth bit from qh through 64-bit byte masks (vpshufbitqmb; one masked add of 16 each). Int32 lane l then
+// sums 8 products of block l / 4 (4 low, 4 high), per digit plane one vpdpbusd per register:
+//   V = ((q.a2) 256 + q.a1) 256 + q.a0  over the lane's 8 values,  |V| <= 8 * 31 * 2^23 < 2^31 at every step
+// and c sum X over the same 8 values is subtracted exactly (x's lane sums, prepared once per call). Each lane is
+// converted to fp32 (one rounding), multiplied by d_b 2^-k_b (exact) and summed in fp32; the m terms use
+// 2^-k_b sum X per lane (one rounding). So y = F.linear(x~, dequantized W) up to fp32 rounding, x~ as gemv_fixed24.h
+// rounds it (tests/kernels/test_fixed24.py checks every type against float64).
+//
+// Why: gemv.h widens each value to fp32 (about 5 vector ops per 16 weights); on Zen 4 that reads Q4_0 at ~8 GB/s
+// per core. Here per 128 weights: six vpdpbusd, two shifts, one subtraction, one conversion, one multiply and one
+// FMA, the two permutes that gather the quants and the fp16 scales, and the nibbles' and / shift.
+
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "blocks.h"
+#include "gemv_fixed24.h"
+#include "simd.h"
+
+namespace scratchlm {
+
+#if defined(SCRATCHLM_FIXED24) && defined(__AVX512VBMI__) && defined(__AVX512BITALG__)
+#define SCRATCHLM_FIXED24_B32 1
+#endif
+
+template <typename Block>
+constexpr bool has_fixed24_b32() {
+#if defined(SCRATCHLM_FIXED24_B32)
+  return std::is_same_v<Block, Q4_0Block> || std::is_same_v<Block, Q4_1Block> || std::is_same_v<Block, Q5_0Block> ||
+         std::is_same_v<Block, Q5_1Block>;
+#else
+  return false;
+#endif
+}
+
+// x of one batch row rounded as gemv_fixed24.h does, in the order of this kernel's steps. Per step g (4 blocks,
+// 128 values; a last step of fewer blocks is zero past K), 640 bytes at g * 640:
+//   digits [plane a2, a1, a0][half: values 0-15 / 16-31 of each block]: 64 bytes, byte 16 j + i of half h is
+//          value 32 j + 16 h + i of the step's block j
+//   s  (16 floats): 2^-k of lane l's block (l / 4)
+//   o  (16 floats): 2^-k sum X over lane l's 8 values (4 l % 16 .. + 3 of both halves)
+//   c8, c16 (16 int32): 8 and 16 times sum X over the same values
+struct Fixed24X32 {
+  static constexpr int64_t STEP_BYTES = 640;
+  std::vector<int8_t> buf;
+  int8_t* base = nullptr;
+  int64_t K = 0;
+
+  Fixed24X32() = default;
+  Fixed24X32(const Fixed24X32&) = delete;
+  Fixed24X32& operator=(const Fixed24X32&) = delete;
+
+  int64_t steps() const { return (K / 32 + 3) / 4; }
+  const int8_t* step(int64_t g) const { return base + g * STEP_BYTES; }
+
+#if defined(SCRATCHLM_FIXED24_B32)
+  // x: K values, K a multiple of 32.
+  void prepare(const float* x, int64_t K_) {
+    K = K_;
+    buf.assign(steps() * STEP_BYTES + 64, 0);
+    base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+    for (int64_t b = 0; b < K / 32; ++b) {
+      int8_t* st = base + (b / 4) * STEP_BYTES;
+      const int j = static_cast<int>(b % 4);
+      __m512i X[2];
+      const float xsc = fixed24_round32(x + 32 * b, X);
+      for (int h = 0; h < 2; ++h) {
+        __m128i d[3];
+        fixed24_digits(X[h], d);
+        for (int plane = 0; plane < 3; ++plane)
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(st + (2 * plane + h) * 64 + 16 * j), d[plane]);
+      }
+      // lane sums: values 4 t .. 4 t + 3 of both halves, t = 0..3 (|sum| <= 8 * 2^23: exact)
+      alignas(64) int32_t v[16];
+      _mm512_store_si512(v, _mm512_add_epi32(X[0], X[1]));
+      float* s = reinterpret_cast<float*>(st + 384);
+      float* o = s + 16;
+      int32_t* c8 = reinterpret_cast<int32_t*>(st + 512);
+      int32_t* c16 = c8 + 16;
+      for (int t = 0; t < 4; ++t) {
+        const int32_t sum = v[4 * t] + v[4 * t + 1] + v[4 * t + 2] + v[4 * t + 3];
+        const int l = 4 * j + t;
+        s[l] = xsc, o[l] = xsc * static_cast<float>(sum), c8[l] = 8 * sum, c16[l] = 16 * sum;
+      }
+    }
+  }
+#else
+  void prepare(const float*, int64_t K_) { K = K_; }
+#endif
+};
+
+#if defined(SCRATCHLM_FIXED24_B32)
+// Per type: the block's byte layout (blocks.h) and its offset c (0: w = d q + m, the m at byte 2).
+template <typename Block>
+struct Fixed24B32;
+template <>
+struct Fixed24B32<Q4_0Block> {
+  static constexpr int QS = 2, QH = -1, C = 8;
+  static constexpr bool M = false;
+};
+template <>
+struct Fixed24B32<Q4_1Block> {
+  static constexpr int QS = 4, QH = -1, C = 0;
+  static constexpr bool M = true;
+};
+template <>
+struct Fixed24B32<Q5_0Block> {
+  static constexpr int QS = 6, QH = 2, C = 16;
+  static constexpr bool M = false;
+};
+template <>
+struct Fixed24B32<Q5_1Block> {
+  static constexpr int QS = 8, QH = 4, C = 0;
+  static constexpr bool M = true;
+};
+
+// Index tables for a step's two loads, lo = p[0, 64) and hi = p[4 S - 64, 4 S) (S = Block::BYTES): byte / word i of
+// the pair is lo's for i < 64 (words: 32), else hi's i - 64 (i - 32); the offset o of the step reads from lo when
+// o < 64, else from hi at o - (4 S - 64).
+template <typename Block>
+struct Fixed24B32Index {
+  alignas(64) uint8_t qs[64];   // byte 16 j + i: quant byte i of block j
+  alignas(64) uint16_t dm[32];  // word l (< 16): d of block l / 4; word 16 + l: m of block l / 4 (M types)
+  alignas(64) uint8_t qh[64];   // Q5: bytes 16 j + 8 h + t (t < 4): qh byte t of block j (qwords 2 j, 2 j + 1)
+  constexpr Fixed24B32Index() : qs(), dm(), qh() {
+    constexpr int S = static_cast<int>(Block::BYTES), HI = 4 * S - 64;
+    for (int j = 0; j < 4; ++j)
+      for (int i = 0; i < 16; ++i) {
+        const int o = S * j + Fixed24B32<Block>::QS + i;
+        qs[16 * j + i] = static_cast<uint8_t>(o < 64 ? o : 64 + o - HI);
+      }
+    for (int l = 0; l < 32; ++l) {
+      const int o = S * ((l % 16) / 4) + (l < 16 ? 0 : 2);  // bytes, even
+      dm[l] = static_cast<uint16_t>(o < 64 ? o / 2 : 32 + (o - HI) / 2);
+    }
+    if constexpr (Fixed24B32<Block>::QH >= 0)
+      for (int j = 0; j < 4; ++j)
+        for (int t = 0; t < 8; ++t) {
+          const int o = S * j + Fixed24B32<Block>::QH + t % 4;
+          qh[16 * j + t] = qh[16 * j + 8 + t] = static_cast<uint8_t>(o < 64 ? o : 64 + o - HI);
+        }
+  }
+};
+template <typename Block>
+inline constexpr Fixed24B32Index<Block> F24_B32_INDEX{};
+
+// Q5: bit 16 j + i of the masks lo / hi is bit i / 16 + i of block j's qh (qh: each block's qh in its two qwords):
+// vpshufbitqmb picks, for byte b of the result, bit sel[b] of b's qword.
+inline void q5_high_masks(__m512i qh, __mmask64& lo, __mmask64& hi) {
+  const __m512i sel = _mm512_set_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8, 7,
+                                      6, 5, 4, 3, 2, 1, 0, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 15, 14, 13,
+                                      12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  lo = _mm512_bitshuffle_epi64_mask(qh, sel);
+  hi = _mm512_bitshuffle_epi64_mask(qh, _mm512_add_epi8(sel, _mm512_set1_epi8(16)));
+}
+
+// y[n .. n + 4) (rows past n_end - 1 repeat the last row and are not written) for one batch row.
+template <typename Block>
+inline void fixed24_b32_tile(const Fixed24X32& xf, const uint8_t* w, float* y, int64_t n, int64_t n_end,
+                             int64_t row_bytes) {
+  using F = Fixed24B32<Block>;
+  constexpr int NR = 4;
+  constexpr int64_t S = Block::BYTES, HI = 4 * S - 64;
+  const Fixed24B32Index<Block>& ix = F24_B32_INDEX<Block>;
+  const __m512i qs_idx = _mm512_load_si512(ix.qs), dm_idx = _mm512_load_si512(ix.dm), qh_idx = _mm512_load_si512(ix.qh);
+  const __m512i nib = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(0x10);
+  const uint8_t* row[NR];
+  for (int r = 0; r < NR; ++r) row[r] = w + std::min(n + r, n_end - 1) * row_bytes;
+  __m512 tot[NR], off[NR];
+  for (int r = 0; r < NR; ++r) tot[r] = off[r] = _mm512_setzero_ps();
+  const int64_t nblocks = xf.K / 32;
+  // step g of every row; tail: the rows' last step, of nb < 4 blocks (no byte read past a row's end)
+  auto step = [&](int64_t g, auto tail) {
+    constexpr bool TAIL = decltype(tail)::value;
+    const int64_t len = (nblocks - 4 * g) * S;  // TAIL: the bytes left in each row
+    const int8_t* st = xf.step(g);
+    const __m512i a2l = _mm512_load_si512(st), a2h = _mm512_load_si512(st + 64), a1l = _mm512_load_si512(st + 128),
+                  a1h = _mm512_load_si512(st + 192), a0l = _mm512_load_si512(st + 256), a0h = _mm512_load_si512(st + 320);
+    const __m512 s = _mm512_load_ps(reinterpret_cast<const float*>(st + 384));
+    const __m512i c = _mm512_load_si512(st + (F::C == 16 ? 576 : 512));
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* p = row[r] + 4 * S * g;
+      for (int64_t o = 0; o < 4 * S; o += 64) prefetch(p + 2 * NR * row_bytes + o);  // the tile after next
+      __m512i lo, hi;
+      if constexpr (!TAIL) {
+        lo = _mm512_loadu_si512(p), hi = _mm512_loadu_si512(p + HI);
+      } else {
+        lo = _mm512_maskz_loadu_epi8(len >= 64 ? ~0ull : (1ull << len) - 1, p);
+        hi = len > HI ? _mm512_maskz_loadu_epi8(~0ull >> (64 - (len - HI)), p + HI) : _mm512_setzero_si512();
+      }
+      const __m512i qs = _mm512_permutex2var_epi8(lo, qs_idx, hi);
+      const __m512i dm = _mm512_permutex2var_epi16(lo, dm_idx, hi);
+      __m512i ql = _mm512_and_si512(qs, nib), qh = _mm512_and_si512(_mm512_srli_epi16(qs, 4), nib);
+      if constexpr (F::QH >= 0) {
+        __mmask64 ml, mh;
+        q5_high_masks(_mm512_permutex2var_epi8(lo, qh_idx, hi), ml, mh);
+        ql = _mm512_mask_add_epi8(ql, ml, ql, sixteen), qh = _mm512_mask_add_epi8(qh, mh, qh, sixteen);
+      }
+      __m512i v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ql, a2l), qh, a2h);
+      v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(v, 8), ql, a1l), qh, a1h);
+      v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(v, 8), ql, a0l), qh, a0h);
+      if constexpr (F::C != 0) v = _mm512_sub_epi32(v, c);
+      const __m512 d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+      tot[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, s), tot[r]);
+      if constexpr (F::M) {
+        const __m512 o = _mm512_load_ps(reinterpret_cast<const float*>(st + 448));
+        off[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1)), o, off[r]);
+      }
+    }
+  };
+  const int64_t full = nblocks / 4;
+  for (int64_t g = 0; g < full; ++g) step(g, std::false_type{});
+  if (nblocks % 4) step(full, std::true_type{});
+  for (int r = 0; r < NR && n + r < n_end; ++r) y[n + r] = _mm512_reduce_add_ps(_mm512_add_ps(tot[r], off[r]));
+}
+
+template <typename Block>
+void fixed24_b32_rows(const Fixed24X32& xf, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
+  const int64_t row_bytes = (xf.K / 32) * Block::BYTES;
+  for (int64_t n = n0; n < n1; n += 4) fixed24_b32_tile<Block>(xf, w, y, n, n1, row_bytes);
+}
+#else
+template <typename Block>
+void fixed24_b32_rows(const Fixed24X32&, const uint8_t*, float*, int64_t, int64_t) {}
+#endif
+
+}  // namespace scratchlm

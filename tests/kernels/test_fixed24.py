@@ -1,5 +1,5 @@
 """One batch row of Q4_K / Q5_K / Q6_K through gemv_fixed24.h (AVX512-VNNI builds) and of Q4_0 / Q4_1 / Q5_0 /
-Q5_1 through gemv_fixed24_b32.h (VNNI and VBMI): x as 24-bit fixed point per 32 values, integer dot products.
+Q5_1 through gemv_fixed24_b32.h (VNNI, VBMI and BITALG): x as 24-bit fixed point per 32 values, integer dot products.
 
 Checked against float64 on the dequantized matrix (quant/dequantize.py), with x rounded by a torch model written
 here from the method's definition (not from the kernel's code):
@@ -20,7 +20,7 @@ from scratchlm.kernels.build import native
 from scratchlm.quant.dequantize import dequantize_blocks
 from tests.kernels.test_block_types import llama_cpp_blocks, random_blocks, tol
 
-TYPES = ["Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
+TYPES = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
 FIXED_MAX = 2**23 - 2**16
 
 
@@ -34,7 +34,7 @@ def kernels():
 
 def needs_kernel(kernels, type_name: str) -> None:
     if type_name[-2:] != "_K" and not kernels.has_fixed24_b32():
-        pytest.skip("gemv_fixed24_b32.h needs AVX512-VBMI besides VNNI")
+        pytest.skip("gemv_fixed24_b32.h needs AVX512-VBMI and BITALG besides VNNI")
 
 
 def rounded(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

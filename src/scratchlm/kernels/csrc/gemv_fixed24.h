@@ -1,12 +1,12 @@
-// One batch row (decoding) of y = x @ W^T on the K-quants Q4_K / Q5_K / Q6_K with AVX512-VNNI: x as 24-bit
-// fixed point per 32 values, every product and sum exact in integers (vpdpbusd), fp32 only after.
+// One batch row (decoding) of y = x @ W^T on the K-quants Q2_K / Q3_K / Q4_K / Q5_K / Q6_K with AVX512-VNNI: x as
+// 24-bit fixed point per 32 values, every product and sum exact in integers (vpdpbusd), fp32 only after.
 //
 // x is rounded once per call (Fixed24X), per 32-value block b with a power of two 2^k_b:
 //   X_i = rne(x_i 2^k_b)  (int32),   k_b the largest k with max_b |x_i| 2^k <= 2^23 - 2^16 (FIXED24_MAX)
 // so x~_i = X_i 2^-k_b differs from x_i by at most 2^-(k_b + 1) < max_b |x| / FIXED24_MAX (~1.2e-7 of the
 // block's largest value: about the rounding of that value's own fp32 products). Each X is three int8 digits,
 // X = 65536 a2 + 256 a1 + a0 (balanced base 256: a0 the low byte read as int8, and so on).
-// A weight block holds w = s q + t (q unsigned: 0..15 / 31 / 63; s, t per sub-block: blocks.h), so
+// A weight block holds w = s q + t (q unsigned: 0..3 / 7 / 15 / 31 / 63; s, t per sub-block: blocks.h), so
 //   x~ . W[n] = sum over sub-blocks ( s 2^-k * sum_i q_i X_i  +  t * sum_i x~_i )
 // where, per 4 consecutive values (one int32 lane of vpdpbusd), sum q X = ((q.a2) 256 + q.a1) 256 + q.a0:
 // three dot products and two shifts, exact: |lane| <= 4 * 63 * (128 * 65793) < 2^31 at every step. Then each lane
@@ -24,7 +24,9 @@
 // Layout: a chunk is one 64-byte register of quants (64 values, one per byte); lanes 0-7 / 8-15 of vpdpbusd hold
 // two 32-value halves. Q4_K / Q5_K: 64 bytes of qs hold sub-blocks 4j, 4j + 2 in their low nibbles (chunk 2j) and
 // 4j + 1, 4j + 3 in their high nibbles (chunk 2j + 1): the "pair" order of x. Q6_K: 64 bytes of ql hold values
-// 128j .. 128j + 63 in their low nibbles (chunk 2j), 128j + 64 .. + 127 in the high: x in index order.
+// 128j .. 128j + 63 in their low nibbles (chunk 2j), 128j + 64 .. + 127 in the high: x in index order. Q2_K / Q3_K:
+// 32 bytes of qs hold values 128j + 32g + l in bits 2g, 2g + 1 of byte l (Q3_K's third bit: bit 4j + g of
+// hmask[l]): both halves of a register read the 32 bytes, shifted by 2g for their group; index order.
 
 #pragma once
 
@@ -55,7 +57,8 @@ inline std::atomic<bool> fixed24_enabled{true};
 template <typename Block>
 constexpr bool has_fixed24() {
 #if defined(SCRATCHLM_FIXED24)
-  return std::is_same_v<Block, Q4_KBlock> || std::is_same_v<Block, Q5_KBlock> || std::is_same_v<Block, Q6_KBlock>;
+  return std::is_same_v<Block, Q2_KBlock> || std::is_same_v<Block, Q3_KBlock> || std::is_same_v<Block, Q4_KBlock> ||
+         std::is_same_v<Block, Q5_KBlock> || std::is_same_v<Block, Q6_KBlock>;
 #else
   return false;
 #endif
@@ -94,12 +97,12 @@ inline void fixed24_digits(__m512i a0, __m128i* d) {
 //   pair / index: chunk c (0..3) at (4 i + c) * 192: digits a2, a1, a0 (64 bytes each) of the chunk's 64 values
 //                 (prepare_q8: at (4 i + c) * 64, the one digit q)
 //   k4s / k4o (16 floats): 2^-k of sub-block s in lane s; sum of x~ over sub-block s in lane 8 + s (Q4_K / Q5_K)
-//   q6s / q6o (16 floats): 2^-k of 16-value group g in lane g; -32 times its sum of x~ (Q6_K: w = d sc (q - 32))
+//   g16s / g16o (16 floats): 2^-k of 16-value group g in lane g; its sum of x~ (the index-order types)
 struct Fixed24X {
   std::vector<int8_t> dig;
   std::vector<float> flt;
   int8_t *pair = nullptr, *index = nullptr;
-  float *k4s = nullptr, *k4o = nullptr, *q6s = nullptr, *q6o = nullptr;
+  float *k4s = nullptr, *k4o = nullptr, *g16s = nullptr, *g16o = nullptr;
   int64_t K = 0;
   int planes = 3;  // digits per value: 3 (24-bit X), or 1 (prepare_q8: the A8 rounding's int8 q)
 
@@ -116,7 +119,7 @@ struct Fixed24X {
     pair = dig.data() + (64 - reinterpret_cast<uintptr_t>(dig.data()) % 64) % 64;
     index = pair + nsb * 256 * planes;
     float* f = flt.data() + (16 - reinterpret_cast<uintptr_t>(flt.data()) / sizeof(float) % 16) % 16;
-    k4s = f, k4o = f + nsb * 16, q6s = f + 2 * nsb * 16, q6o = f + 3 * nsb * 16;
+    k4s = f, k4o = f + nsb * 16, g16s = f + 2 * nsb * 16, g16o = f + 3 * nsb * 16;
   }
 
   // One row rounded the A8 way for the K-quants (gemv_a8_blocks.h's ActRows, qk 256: ggml's Q8_K, x ~ d q): one
@@ -135,8 +138,8 @@ struct Fixed24X {
         const float x0 = a.xs[16 * i + 2 * s], x1 = a.xs[16 * i + 2 * s + 1];
         k4s[16 * i + s] = d;
         k4o[16 * i + 8 + s] = x0 + x1;
-        q6s[16 * i + 2 * s] = q6s[16 * i + 2 * s + 1] = d;
-        q6o[16 * i + 2 * s] = -32.0f * x0, q6o[16 * i + 2 * s + 1] = -32.0f * x1;
+        g16s[16 * i + 2 * s] = g16s[16 * i + 2 * s + 1] = d;
+        g16o[16 * i + 2 * s] = x0, g16o[16 * i + 2 * s + 1] = x1;
       }
     }
   }
@@ -163,8 +166,8 @@ struct Fixed24X {
       k4s[16 * i + s] = xsc;
       k4o[16 * i + 8 + s] = xsc * static_cast<float>(half_sum[0] + half_sum[1]);
       for (int h = 0; h < 2; ++h) {
-        q6s[16 * i + 2 * s + h] = xsc;
-        q6o[16 * i + 2 * s + h] = -32.0f * (xsc * static_cast<float>(half_sum[h]));
+        g16s[16 * i + 2 * s + h] = xsc;
+        g16o[16 * i + 2 * s + h] = xsc * static_cast<float>(half_sum[h]);
       }
     }
   }
@@ -211,8 +214,9 @@ inline void k4_scales_x4(const uint8_t* const* p, __m512* v) {
   }
 }
 
-// Per type: PAIR (x in pair order), scales(p, v) for 4 rows, quants(p, j, q): chunks 2j, 2j + 1 of the block at p
-// as unsigned bytes, and IDX[c]: the scale lane of each int32 lane of chunk c.
+// Per type: PAIR (x in pair order), scales(p, v, m) for 4 rows (v: the scale of each lane's sub-block; m: what
+// multiplies x's sums k4o / g16o into the offsets t), quants(p, j, q): chunks 2j, 2j + 1 of the block at p as
+// unsigned bytes, and IDX[c]: the scale lane of each int32 lane of chunk c.
 template <typename Block>
 struct Fixed24;
 
@@ -230,7 +234,10 @@ template <>
 struct Fixed24<Q4_KBlock> {  // [d][dmin][scales 12][qs 128]
   static constexpr bool PAIR = true;
   static constexpr const int32_t (*IDX)[16] = F24_K4_IDX;
-  static void scales(const uint8_t* const* p, __m512* v) { k4_scales_x4(p, v); }
+  static void scales(const uint8_t* const* p, __m512* v, __m512* m) {
+    k4_scales_x4(p, v);
+    for (int r = 0; r < 4; ++r) m[r] = v[r];  // lanes 8-15: -(dmin m_j) against k4o's sums (lanes 0-7 of k4o are 0)
+  }
   static void quants(const uint8_t* p, int j, __m512i* q) {
     const __m512i z = _mm512_loadu_si512(p + 16 + 64 * j), m = f24_bytes(0x0f);
     q[0] = _mm512_and_si512(z, m), q[1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m);
@@ -241,7 +248,10 @@ template <>
 struct Fixed24<Q5_KBlock> {  // [d][dmin][scales 12][qh 32][qs 128]: as Q4_K, q | (bit s of qh[l]) << 4, s the sub-block
   static constexpr bool PAIR = true;
   static constexpr const int32_t (*IDX)[16] = F24_K4_IDX;
-  static void scales(const uint8_t* const* p, __m512* v) { k4_scales_x4(p, v); }
+  static void scales(const uint8_t* const* p, __m512* v, __m512* m) {
+    k4_scales_x4(p, v);
+    for (int r = 0; r < 4; ++r) m[r] = v[r];  // lanes 8-15: -(dmin m_j) against k4o's sums (lanes 0-7 of k4o are 0)
+  }
   static void quants(const uint8_t* p, int j, __m512i* q) {
     const __m512i z = _mm512_loadu_si512(p + 48 + 64 * j), m = f24_bytes(0x0f), bit = f24_bytes(0x10);
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
@@ -255,15 +265,18 @@ struct Fixed24<Q5_KBlock> {  // [d][dmin][scales 12][qh 32][qs 128]: as Q4_K, q 
   }
 };
 
+// The index-order types: v and m from blocks.h's prepare (v = its 16 scales, m = its 16 offsets per unit of x~)
+template <typename Block>
+inline void g16_scales_x4(const uint8_t* const* p, __m512* v, __m512* m) {
+  alignas(64) float sc[32];
+  for (int r = 0; r < 4; ++r) Block::prepare(p[r], sc), v[r] = _mm512_load_ps(sc), m[r] = _mm512_load_ps(sc + 16);
+}
+
 template <>
 struct Fixed24<Q6_KBlock> {  // [ql 128][qh 64][scales 16 x int8][d]: w = d sc_g (q - 32), 16-value groups g
   static constexpr bool PAIR = false;
   static constexpr const int32_t (*IDX)[16] = F24_Q6_IDX;
-  static void scales(const uint8_t* const* p, __m512* v) {
-    for (int r = 0; r < 4; ++r)
-      v[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p[r] + 192)))),
-                           _mm512_set1_ps(fp16_to_f32(p[r] + 208)));
-  }
+  static void scales(const uint8_t* const* p, __m512* v, __m512* m) { g16_scales_x4<Q6_KBlock>(p, v, m); }
   static void quants(const uint8_t* p, int j, __m512i* q) {
     const __m512i z = _mm512_loadu_si512(p + 64 * j), m = f24_bytes(0x0f), two = f24_bytes(0x30);
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * j)));
@@ -275,14 +288,54 @@ struct Fixed24<Q6_KBlock> {  // [ql 128][qh 64][scales 16 x int8][d]: w = d sc_g
   }
 };
 
+// Q2_K / Q3_K: the 2-bit parts of values 128j .. 128j + 127, as two registers of bits 0-1 (and junk above: the
+// caller masks) — chunk 2j's halves shifted by 0 / 2, chunk 2j + 1's by 4 / 6 (the 32 bytes of qs in both halves)
+inline void k23_low_bits(const uint8_t* qs, __m512i* z) {
+  const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)));
+  z[0] = _mm512_srlv_epi16(b, _mm512_setr_epi64(0, 0, 0, 0, 0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
+                                                0x0002000200020002));
+  z[1] = _mm512_srli_epi16(z[0], 4);
+}
+
+template <>
+struct Fixed24<Q2_KBlock> {  // [scales 16][qs 64][d][dmin]: w = d sc_g q - dmin m_g, 16-value groups g
+  static constexpr bool PAIR = false;
+  static constexpr const int32_t (*IDX)[16] = F24_Q6_IDX;
+  static void scales(const uint8_t* const* p, __m512* v, __m512* m) { g16_scales_x4<Q2_KBlock>(p, v, m); }
+  static void quants(const uint8_t* p, int j, __m512i* q) {
+    __m512i z[2];
+    k23_low_bits(p + 16 + 32 * j, z);
+    q[0] = _mm512_and_si512(z[0], f24_bytes(3)), q[1] = _mm512_and_si512(z[1], f24_bytes(3));
+  }
+};
+
+template <>
+struct Fixed24<Q3_KBlock> {  // [hmask 32][qs 64][scales 12][d]: w = d (sc_g - 32) (q - 4), q = 2 bits | hmask bit << 2
+  static constexpr bool PAIR = false;
+  static constexpr const int32_t (*IDX)[16] = F24_Q6_IDX;
+  static void scales(const uint8_t* const* p, __m512* v, __m512* m) { g16_scales_x4<Q3_KBlock>(p, v, m); }
+  static void quants(const uint8_t* p, int j, __m512i* q) {
+    __m512i z[2];
+    k23_low_bits(p + 32 + 32 * j, z);
+    // value 128j + 32g + l: bit 4j + g of hmask[l] to bit 2 (rotate each qword by 2 - bit: it stays in its byte)
+    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const int64_t b = 4 * j, r0 = (66 - b) % 64, r1 = (65 - b) % 64, r2 = (64 - b) % 64, r3 = (63 - b + 64) % 64;
+    const __m512i four = f24_bytes(4);
+    const __m512i h0 = _mm512_and_si512(_mm512_rolv_epi64(h, _mm512_setr_epi64(r0, r0, r0, r0, r1, r1, r1, r1)), four);
+    const __m512i h1 = _mm512_and_si512(_mm512_rolv_epi64(h, _mm512_setr_epi64(r2, r2, r2, r2, r3, r3, r3, r3)), four);
+    q[0] = _mm512_ternarylogic_epi32(z[0], f24_bytes(3), h0, F24_AND_OR);
+    q[1] = _mm512_ternarylogic_epi32(z[1], f24_bytes(3), h1, F24_AND_OR);
+  }
+};
+
 // y[n .. n + 4) (rows past n_end - 1 repeat the last row and are not written) for one batch row.
 template <typename Block, int PLANES>
 inline void fixed24_tile(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n, int64_t n_end, int64_t row_bytes) {
   using F = Fixed24<Block>;
   constexpr int NR = 4;
   const int8_t* dig = F::PAIR ? xf.pair : xf.index;
-  const float* xs = F::PAIR ? xf.k4s : xf.q6s;
-  const float* xo = F::PAIR ? xf.k4o : xf.q6o;
+  const float* xs = F::PAIR ? xf.k4s : xf.g16s;
+  const float* xo = F::PAIR ? xf.k4o : xf.g16o;
   const uint8_t* row[NR];
   for (int r = 0; r < NR; ++r) row[r] = w + std::min(n + r, n_end - 1) * row_bytes;
   __m512 tot[NR][2], off[NR];
@@ -293,10 +346,10 @@ inline void fixed24_tile(const Fixed24X& xf, const uint8_t* w, float* y, int64_t
       blk[r] = row[r] + i * Block::BYTES;
       for (int64_t o = 0; o < Block::BYTES; o += 64) prefetch(blk[r] + 2 * NR * row_bytes + o);  // the tile after next
     }
-    __m512 sv[NR];
-    F::scales(blk, sv);
+    __m512 sv[NR], mv[NR];
+    F::scales(blk, sv, mv);
     const __m512 s = _mm512_load_ps(xs + 16 * i), o = _mm512_load_ps(xo + 16 * i);
-    for (int r = 0; r < NR; ++r) off[r] = _mm512_fmadd_ps(sv[r], o, off[r]), sv[r] = _mm512_mul_ps(sv[r], s);
+    for (int r = 0; r < NR; ++r) off[r] = _mm512_fmadd_ps(mv[r], o, off[r]), sv[r] = _mm512_mul_ps(sv[r], s);
     const int8_t* d = dig + i * 256 * PLANES;
 #pragma GCC unroll 2
     for (int j = 0; j < 2; ++j) {

@@ -2,7 +2,8 @@
 //   y[b, n] = (x[b] . W[n]) * out_scale[n] + bias[n] (+ residual[b, n]); optional pointers may be null.
 // F32 / BF16 / F16 and every ggml block type: fp32 x against exactly the dequantized W (gemv.h; one batch row
 // of Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K on AVX2, Q5_K / Q6_K on AVX-512: gemv_centered.h, the same function
-// by sub-block sums; one batch row of Q4_K / Q5_K / Q6_K with AVX512-VNNI: gemv_fixed24.h, x as 24-bit fixed point).
+// by sub-block sums; one batch row of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K with AVX512-VNNI: gemv_fixed24.h, x as 24-bit
+// fixed point; Q4_0 / Q4_1 / Q5_0 / Q5_1 with VBMI and BITALG too: gemv_fixed24_b32.h, the same rounding).
 // Q8_0_A8 / Q4_1_A8: x quantized to 8 bits per 32-block first, integer dot products (gemv_a8.h); `data`
 // then points at the repacked weights and `aux` at their fp16 scales.
 // A8_ROW + a block format: x quantized to 8 bits per block of that type, integer dot products on the ggml
@@ -168,7 +169,7 @@ struct MatrixRef {
                          [](auto blk) { return has_fixed24_b32<decltype(blk)>(); });
   }
 
-  // True when one batch row of an A8 row format of Q4_K / Q5_K / Q6_K goes through gemv_fixed24.h's one-plane form
+  // True when one batch row of an A8 row format of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K goes through gemv_fixed24.h's one-plane form
   // (x rounded to Q8_K, then prepared as Fixed24X::prepare_q8).
   bool fixed8(int64_t B) const {
     return one_row_route(B, is_a8_row(format), fixed24_enabled, [](auto blk) { return has_fixed24<decltype(blk)>(); });

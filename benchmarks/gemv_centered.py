@@ -7,7 +7,7 @@ the same GGUF file.
 The VM this project is measured on swings by 20-40% over minutes, more than the change measured here, so the
 engines run in one process, alternating blocks of --steps decode steps (2 threads each; a wait for a quiet
 machine before each round): scratchlm `fast-gguf` as it runs by default (`fixed24`: gemv_fixed24.h for Q4_K / Q5_K /
-Q6_K and gemv_fixed24_b32.h for Q4_0 / Q4_1 / Q5_0 / Q5_1 where built, the centered sums for the rest), the same model with `set_fixed24(False)` (`centered`) and with
+Q6_K and gemv_fixed24_b32.h for Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS where built, the centered sums for the rest), the same model with `set_fixed24(False)` (`centered`) and with
 `set_centered(False)` too (`widened`: gemv.h for every type), and llama.cpp (llama-cpp-python) on the same file.
 Every engine decodes token 1000 after a 16-token prompt, so all run the same shapes. The files are
 gguf_decode.py's (SmolLM2 re-quantized by llama.cpp, the shipped Q4_1, the random 1B / 3B Llama Q4_K_M: made

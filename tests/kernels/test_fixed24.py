@@ -20,7 +20,8 @@ from scratchlm.kernels.build import native
 from scratchlm.quant.dequantize import dequantize_blocks
 from tests.kernels.test_block_types import llama_cpp_blocks, random_blocks, tol
 
-TYPES = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
+TYPES = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"]
+BLOCKS32 = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"]  # gemv_fixed24_b32.h, with IQ4_XS
 FIXED_MAX = 2**23 - 2**16
 
 
@@ -33,7 +34,7 @@ def kernels():
 
 
 def needs_kernel(kernels, type_name: str) -> None:
-    if type_name[-2:] != "_K" and not kernels.has_fixed24_b32():
+    if (type_name in BLOCKS32 or type_name == "IQ4_XS") and not kernels.has_fixed24_b32():
         pytest.skip("gemv_fixed24_b32.h needs AVX512-VBMI and BITALG besides VNNI")
 
 
@@ -66,7 +67,7 @@ def test_fixed24_equals_rounded_x_in_float64(kernels, type_name: str, source: st
     needs_kernel(kernels, type_name)
     maker = random_blocks if source == "random" else llama_cpp_blocks
     shapes = [(13, 512), (37, 2048)]  # row tiles of 4 and a remainder; two and eight super-blocks / 128-value steps
-    if type_name[-2:] != "_K":
+    if type_name in BLOCKS32:
         shapes += [(6, 96), (5, 576), (9, 1504)]  # the last step of 3, 2, 1 blocks (32 values each)
     for n, k in shapes:
         blocks = maker(type_name, n, k, seed=3)

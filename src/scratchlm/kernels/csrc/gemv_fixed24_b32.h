@@ -1,6 +1,7 @@
-// One batch row (decoding) of y = x @ W^T on the 32-value block types Q4_0 / Q4_1 / Q5_0 / Q5_1 with AVX512-VNNI,
-// VBMI and BITALG: gemv_fixed24.h's method (x as 24-bit fixed point per 32 values, X = rne(x 2^k), three int8 digits;
-// every product and sum exact in integers, fp32 only after) on blocks whose scale covers 32 values.
+// One batch row (decoding) of y = x @ W^T on the 32-value block types Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL and on
+// IQ4_XS (32-value sub-blocks) with AVX512-VNNI, VBMI and BITALG: gemv_fixed24.h's method (x as 24-bit fixed point per
+// 32 values, X = rne(x 2^k), three int8 digits; every product and sum exact in integers, fp32 only after) on blocks
+// whose scale covers 32 values.
 //
 // A block holds w = d (q - c) (Q4_0: c = 8, Q5_0: c = 16) or w = d q + m (Q4_1, Q5_1), q unsigned (0..15 / 31), so
 //   x~ . W[n] = sum over blocks b ( d_b 2^-k_b * sum_i (q_i - c) X_i  +  m_b 2^-k_b * sum_i X_i )
@@ -13,14 +14,23 @@
 // converted to fp32 (one rounding), multiplied by d_b 2^-k_b (exact) and summed in fp32; the m terms use
 // 2^-k_b sum X per lane (one rounding). So y = F.linear(x~, dequantized W) up to fp32 rounding, x~ as gemv_fixed24.h
 // rounds it (tests/kernels/test_fixed24.py checks every type against float64).
+// IQ4_NL / IQ4_XS: w = s kvalues[q], the values int8 (-127..113): as unsigned bytes v = kvalues[q] + 128 (vpshufb),
+// and 8 v a over 24-bit X would overflow int32, so the three digit planes stay apart: per plane
+//   V_p = sum v a_p - 128 sum a_p = sum kvalues[q] a_p   (|V_p| <= 8 * 127 * 128, exact; x's plane sums prepared)
+// then (V_2 256 + V_1) 256 + V_0 in fp32 (two FMAs, each rounding once) times s 2^-k.
+//
+// IQ4_XS: a step is half a super-block (its 64 bytes of qs need no gather); the 8 sub-block scales d (ls - 32) are
+// unpacked once per super-block and row (iq4_xs_scales), one permute spreads a step's 4 over its lanes.
 //
 // Why: gemv.h widens each value to fp32 (about 5 vector ops per 16 weights); on Zen 4 that reads Q4_0 at ~8 GB/s
 // per core. Here per 128 weights: six vpdpbusd, two shifts, one subtraction, one conversion, one multiply and one
-// FMA, the two permutes that gather the quants and the fp16 scales, and the nibbles' and / shift.
+// FMA, the two permutes that gather the quants and the fp16 scales, and the nibbles' and / shift. Two threads,
+// streaming (benchmarks/gemv_types.py, Zen 4): Q4_0 ~14 -> 18-22 GB/s, IQ4_XS 9 -> 19, IQ4_NL 14 -> 17.
 
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -38,7 +48,7 @@ template <typename Block>
 constexpr bool has_fixed24_b32() {
 #if defined(SCRATCHLM_FIXED24_B32)
   return std::is_same_v<Block, Q4_0Block> || std::is_same_v<Block, Q4_1Block> || std::is_same_v<Block, Q5_0Block> ||
-         std::is_same_v<Block, Q5_1Block>;
+         std::is_same_v<Block, Q5_1Block> || std::is_same_v<Block, IQ4_NLBlock> || std::is_same_v<Block, IQ4_XSBlock>;
 #else
   return false;
 #endif
@@ -51,8 +61,9 @@ constexpr bool has_fixed24_b32() {
 //   s  (16 floats): 2^-k of lane l's block (l / 4)
 //   o  (16 floats): 2^-k sum X over lane l's 8 values (4 l % 16 .. + 3 of both halves)
 //   c8, c16 (16 int32): 8 and 16 times sum X over the same values
+//   p2, p1, p0 (16 int32): 128 times the sum of the digits a2 / a1 / a0 over the same values (the IQ4 types)
 struct Fixed24X32 {
-  static constexpr int64_t STEP_BYTES = 640;
+  static constexpr int64_t STEP_BYTES = 832;
   std::vector<int8_t> buf;
   int8_t* base = nullptr;
   int64_t K = 0;
@@ -82,8 +93,13 @@ struct Fixed24X32 {
           _mm_storeu_si128(reinterpret_cast<__m128i*>(st + (2 * plane + h) * 64 + 16 * j), d[plane]);
       }
       // lane sums: values 4 t .. 4 t + 3 of both halves, t = 0..3 (|sum| <= 8 * 2^23: exact)
-      alignas(64) int32_t v[16];
+      alignas(64) int32_t v[16], pd[3][2][16];
       _mm512_store_si512(v, _mm512_add_epi32(X[0], X[1]));
+      for (int h = 0; h < 2; ++h) {
+        __m128i d[3];
+        fixed24_digits(X[h], d);
+        for (int plane = 0; plane < 3; ++plane) _mm512_store_si512(pd[plane][h], _mm512_cvtepi8_epi32(d[plane]));
+      }
       float* s = reinterpret_cast<float*>(st + 384);
       float* o = s + 16;
       int32_t* c8 = reinterpret_cast<int32_t*>(st + 512);
@@ -92,6 +108,11 @@ struct Fixed24X32 {
         const int32_t sum = v[4 * t] + v[4 * t + 1] + v[4 * t + 2] + v[4 * t + 3];
         const int l = 4 * j + t;
         s[l] = xsc, o[l] = xsc * static_cast<float>(sum), c8[l] = 8 * sum, c16[l] = 16 * sum;
+        for (int plane = 0; plane < 3; ++plane) {
+          int32_t ps = 0;
+          for (int h = 0; h < 2; ++h) ps += pd[plane][h][4 * t] + pd[plane][h][4 * t + 1] + pd[plane][h][4 * t + 2] + pd[plane][h][4 * t + 3];
+          reinterpret_cast<int32_t*>(st + 640 + 64 * plane)[l] = 128 * ps;
+        }
       }
     }
   }
@@ -101,28 +122,40 @@ struct Fixed24X32 {
 };
 
 #if defined(SCRATCHLM_FIXED24_B32)
-// Per type: the block's byte layout (blocks.h) and its offset c (0: w = d q + m, the m at byte 2).
+// Per type: the block's byte layout (blocks.h: quants at QS, Q5's qh at QH) and its offset c (0 with M: w = d q + m,
+// the m at byte 2).
 template <typename Block>
 struct Fixed24B32;
+// KV: the quants index kvalues (IQ4); XS: IQ4_XS's 256-value super-blocks (no gather: a step is 64 bytes of qs).
 template <>
 struct Fixed24B32<Q4_0Block> {
   static constexpr int QS = 2, QH = -1, C = 8;
-  static constexpr bool M = false;
+  static constexpr bool M = false, KV = false, XS = false;
 };
 template <>
 struct Fixed24B32<Q4_1Block> {
   static constexpr int QS = 4, QH = -1, C = 0;
-  static constexpr bool M = true;
+  static constexpr bool M = true, KV = false, XS = false;
 };
 template <>
 struct Fixed24B32<Q5_0Block> {
   static constexpr int QS = 6, QH = 2, C = 16;
-  static constexpr bool M = false;
+  static constexpr bool M = false, KV = false, XS = false;
 };
 template <>
 struct Fixed24B32<Q5_1Block> {
   static constexpr int QS = 8, QH = 4, C = 0;
-  static constexpr bool M = true;
+  static constexpr bool M = true, KV = false, XS = false;
+};
+template <>
+struct Fixed24B32<IQ4_NLBlock> {
+  static constexpr int QS = 2, QH = -1, C = 0;
+  static constexpr bool M = false, KV = true, XS = false;
+};
+template <>
+struct Fixed24B32<IQ4_XSBlock> {
+  static constexpr int QS = 8, QH = -1, C = 0;
+  static constexpr bool M = false, KV = true, XS = true;
 };
 
 // Index tables for a step's two loads, lo = p[0, 64) and hi = p[4 S - 64, 4 S) (S = Block::BYTES): byte / word i of
@@ -165,6 +198,48 @@ inline void q5_high_masks(__m512i qh, __mmask64& lo, __mmask64& hi) {
   hi = _mm512_bitshuffle_epi64_mask(qh, _mm512_add_epi8(sel, _mm512_set1_epi8(16)));
 }
 
+// kvalues + 128 as unsigned bytes, in each 128-bit lane (vpshufb's table)
+inline __m512i iq4_table() {
+  const __m128i kv = _mm_load_si128(reinterpret_cast<const __m128i*>(KVALUES_IQ4NL));
+  return _mm512_broadcast_i32x4(_mm_xor_si128(kv, _mm_set1_epi8(static_cast<char>(0x80))));
+}
+
+// The int32 lanes of one step: sum over each lane's 8 values of q a (plane order a2, a1, a0: digits[0..5] = a2 low,
+// a2 high, a1 low, ...) combined as ((. 256) + .) 256 + . in integers, minus c (the header).
+inline __m512 b32_lanes(__m512i ql, __m512i qh, const __m512i* a, __m512i c, bool sub) {
+  __m512i v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ql, a[0]), qh, a[1]);
+  v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(v, 8), ql, a[2]), qh, a[3]);
+  v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(v, 8), ql, a[4]), qh, a[5]);
+  return _mm512_cvtepi32_ps(sub ? _mm512_sub_epi32(v, c) : v);
+}
+
+// The IQ4 types' lanes: ql / qh as kvalues + 128, each plane apart (p: x's 128-times plane sums), fp32 after.
+inline __m512 b32_kv_lanes(__m512i ql, __m512i qh, const __m512i* a, const int8_t* p) {
+  __m512 t = _mm512_setzero_ps();
+  const __m512 base = _mm512_set1_ps(256.0f);
+  for (int plane = 0; plane < 3; ++plane) {
+    const __m512i v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ql, a[2 * plane]), qh, a[2 * plane + 1]);
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(v, _mm512_load_si512(p + 64 * plane)));
+    t = plane == 0 ? f : _mm512_fmadd_ps(t, base, f);
+  }
+  return t;
+}
+
+// IQ4_XS: the 8 sub-block scales d (ls - 32) of the block at p in lanes 0-7 (blocks.h's IQ4_XSBlock::prepare, as
+// vector shifts: ls_j = nibble j of scales_l | bits 2j, 2j + 1 of scales_h << 4)
+inline __m512 iq4_xs_scales(const uint8_t* p) {
+  uint32_t lo;
+  uint16_t hi;
+  std::memcpy(&lo, p + 4, 4);
+  std::memcpy(&hi, p + 2, 2);
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  const __m256i l = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(lo)), shifts), _mm256_set1_epi32(15));
+  const __m256i h = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(hi << 4), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                     _mm256_set1_epi32(0x30));
+  const __m256 ls = _mm256_cvtepi32_ps(_mm256_or_si256(l, h));
+  return _mm512_castps256_ps512(_mm256_mul_ps(_mm256_sub_ps(ls, _mm256_set1_ps(32.0f)), _mm256_set1_ps(fp16_to_f32(p))));
+}
+
 // y[n .. n + 4) (rows past n_end - 1 repeat the last row and are not written) for one batch row.
 template <typename Block>
 inline void fixed24_b32_tile(const Fixed24X32& xf, const uint8_t* w, float* y, int64_t n, int64_t n_end,
@@ -172,51 +247,68 @@ inline void fixed24_b32_tile(const Fixed24X32& xf, const uint8_t* w, float* y, i
   using F = Fixed24B32<Block>;
   constexpr int NR = 4;
   constexpr int64_t S = Block::BYTES, HI = 4 * S - 64;
-  const Fixed24B32Index<Block>& ix = F24_B32_INDEX<Block>;
-  const __m512i qs_idx = _mm512_load_si512(ix.qs), dm_idx = _mm512_load_si512(ix.dm), qh_idx = _mm512_load_si512(ix.qh);
   const __m512i nib = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(0x10);
+  __m512i qs_idx = nib, dm_idx = nib, qh_idx = nib, table = nib;
+  if constexpr (!F::XS) {
+    const Fixed24B32Index<Block>& ix = F24_B32_INDEX<Block>;
+    qs_idx = _mm512_load_si512(ix.qs), dm_idx = _mm512_load_si512(ix.dm), qh_idx = _mm512_load_si512(ix.qh);
+  }
+  if constexpr (F::KV) table = iq4_table();
   const uint8_t* row[NR];
   for (int r = 0; r < NR; ++r) row[r] = w + std::min(n + r, n_end - 1) * row_bytes;
-  __m512 tot[NR], off[NR];
-  for (int r = 0; r < NR; ++r) tot[r] = off[r] = _mm512_setzero_ps();
+  __m512 tot[NR], off[NR], xs_sc[NR];  // xs_sc: IQ4_XS, the super-block's 8 sub-block scales (even lanes)
+  for (int r = 0; r < NR; ++r) tot[r] = off[r] = xs_sc[r] = _mm512_setzero_ps();
   const int64_t nblocks = xf.K / 32;
   // step g of every row; tail: the rows' last step, of nb < 4 blocks (no byte read past a row's end)
   auto step = [&](int64_t g, auto tail) {
     constexpr bool TAIL = decltype(tail)::value;
     const int64_t len = (nblocks - 4 * g) * S;  // TAIL: the bytes left in each row
     const int8_t* st = xf.step(g);
-    const __m512i a2l = _mm512_load_si512(st), a2h = _mm512_load_si512(st + 64), a1l = _mm512_load_si512(st + 128),
-                  a1h = _mm512_load_si512(st + 192), a0l = _mm512_load_si512(st + 256), a0h = _mm512_load_si512(st + 320);
+    __m512i a[6];
+    for (int i = 0; i < 6; ++i) a[i] = _mm512_load_si512(st + 64 * i);
     const __m512 s = _mm512_load_ps(reinterpret_cast<const float*>(st + 384));
     const __m512i c = _mm512_load_si512(st + (F::C == 16 ? 576 : 512));
     for (int r = 0; r < NR; ++r) {
-      const uint8_t* p = row[r] + 4 * S * g;
-      for (int64_t o = 0; o < 4 * S; o += 64) prefetch(p + 2 * NR * row_bytes + o);  // the tile after next
-      __m512i lo, hi;
-      if constexpr (!TAIL) {
-        lo = _mm512_loadu_si512(p), hi = _mm512_loadu_si512(p + HI);
+      __m512i qs;
+      __m512 d, m = s;
+      __mmask64 ml = 0, mh = 0;  // Q5: the fifth bits
+      if constexpr (F::XS) {  // super-block g / 2, its sub-blocks 4 (g % 2) .. + 3
+        const uint8_t* p = row[r] + (g / 2) * S;
+        if (g % 2 == 0) {
+          for (int64_t o = 0; o < S; o += 64) prefetch(p + 2 * NR * row_bytes + o);  // the tile after next
+          xs_sc[r] = iq4_xs_scales(p);
+        }
+        const int j = 4 * static_cast<int>(g % 2);
+        d = _mm512_permutexvar_ps(_mm512_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1, j + 2, j + 2, j + 2, j + 2, j + 3,
+                                                    j + 3, j + 3, j + 3), xs_sc[r]);
+        qs = _mm512_loadu_si512(p + 8 + 64 * (g % 2));
       } else {
-        lo = _mm512_maskz_loadu_epi8(len >= 64 ? ~0ull : (1ull << len) - 1, p);
-        hi = len > HI ? _mm512_maskz_loadu_epi8(~0ull >> (64 - (len - HI)), p + HI) : _mm512_setzero_si512();
+        const uint8_t* p = row[r] + 4 * S * g;
+        for (int64_t o = 0; o < 4 * S; o += 64) prefetch(p + 2 * NR * row_bytes + o);  // the tile after next
+        __m512i lo, hi;
+        if constexpr (!TAIL) {
+          lo = _mm512_loadu_si512(p), hi = _mm512_loadu_si512(p + HI);
+        } else {
+          lo = _mm512_maskz_loadu_epi8(len >= 64 ? ~0ull : (1ull << len) - 1, p);
+          hi = len > HI ? _mm512_maskz_loadu_epi8(~0ull >> (64 - (len - HI)), p + HI) : _mm512_setzero_si512();
+        }
+        qs = _mm512_permutex2var_epi8(lo, qs_idx, hi);
+        const __m512i dm = _mm512_permutex2var_epi16(lo, dm_idx, hi);
+        d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+        if constexpr (F::M) m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
+        if constexpr (F::QH >= 0) q5_high_masks(_mm512_permutex2var_epi8(lo, qh_idx, hi), ml, mh);
       }
-      const __m512i qs = _mm512_permutex2var_epi8(lo, qs_idx, hi);
-      const __m512i dm = _mm512_permutex2var_epi16(lo, dm_idx, hi);
       __m512i ql = _mm512_and_si512(qs, nib), qh = _mm512_and_si512(_mm512_srli_epi16(qs, 4), nib);
-      if constexpr (F::QH >= 0) {
-        __mmask64 ml, mh;
-        q5_high_masks(_mm512_permutex2var_epi8(lo, qh_idx, hi), ml, mh);
+      if constexpr (F::QH >= 0)
         ql = _mm512_mask_add_epi8(ql, ml, ql, sixteen), qh = _mm512_mask_add_epi8(qh, mh, qh, sixteen);
+      __m512 lanes;
+      if constexpr (F::KV) {
+        lanes = b32_kv_lanes(_mm512_shuffle_epi8(table, ql), _mm512_shuffle_epi8(table, qh), a, st + 640);
+      } else {
+        lanes = b32_lanes(ql, qh, a, c, F::C != 0);
       }
-      __m512i v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ql, a2l), qh, a2h);
-      v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(v, 8), ql, a1l), qh, a1h);
-      v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(v, 8), ql, a0l), qh, a0h);
-      if constexpr (F::C != 0) v = _mm512_sub_epi32(v, c);
-      const __m512 d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
-      tot[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, s), tot[r]);
-      if constexpr (F::M) {
-        const __m512 o = _mm512_load_ps(reinterpret_cast<const float*>(st + 448));
-        off[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1)), o, off[r]);
-      }
+      tot[r] = _mm512_fmadd_ps(lanes, _mm512_mul_ps(d, s), tot[r]);
+      if constexpr (F::M) off[r] = _mm512_fmadd_ps(m, _mm512_load_ps(reinterpret_cast<const float*>(st + 448)), off[r]);
     }
   };
   const int64_t full = nblocks / 4;
@@ -227,7 +319,7 @@ inline void fixed24_b32_tile(const Fixed24X32& xf, const uint8_t* w, float* y, i
 
 template <typename Block>
 void fixed24_b32_rows(const Fixed24X32& xf, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
-  const int64_t row_bytes = (xf.K / 32) * Block::BYTES;
+  const int64_t row_bytes = (xf.K / Block::QK) * Block::BYTES;
   for (int64_t n = n0; n < n1; n += 4) fixed24_b32_tile<Block>(xf, w, y, n, n1, row_bytes);
 }
 #else

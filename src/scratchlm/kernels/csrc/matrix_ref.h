@@ -3,7 +3,7 @@
 // F32 / BF16 / F16 and every ggml block type: fp32 x against exactly the dequantized W (gemv.h; one batch row
 // of Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K on AVX2, Q5_K / Q6_K on AVX-512: gemv_centered.h, the same function
 // by sub-block sums; one batch row of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K with AVX512-VNNI: gemv_fixed24.h, x as 24-bit
-// fixed point; Q4_0 / Q4_1 / Q5_0 / Q5_1 with VBMI and BITALG too: gemv_fixed24_b32.h, the same rounding).
+// fixed point; Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS with VBMI and BITALG too: gemv_fixed24_b32.h, the same rounding).
 // Q8_0_A8 / Q4_1_A8: x quantized to 8 bits per 32-block first, integer dot products (gemv_a8.h); `data`
 // then points at the repacked weights and `aux` at their fp16 scales.
 // A8_ROW + a block format: x quantized to 8 bits per block of that type, integer dot products on the ggml

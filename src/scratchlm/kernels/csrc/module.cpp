@@ -348,7 +348,7 @@ void rope_rows_(const torch::Tensor& x, torch::Tensor out, const torch::Tensor& 
 bool set_centered(bool on) { return scratchlm::centered_enabled.exchange(on); }
 
 // Route one batch row of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K through gemv_fixed24.h (true, the default, with
-// AVX512-VNNI) and of Q4_0 / Q4_1 / Q5_0 / Q5_1 through gemv_fixed24_b32.h (with VBMI and BITALG too), or the fp32
+// AVX512-VNNI) and of Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS through gemv_fixed24_b32.h (with VBMI and BITALG too), or the fp32
 // kernels; the old value.
 bool set_fixed24(bool on) { return scratchlm::fixed24_enabled.exchange(on); }
 
@@ -386,7 +386,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("has_avx512", &has_avx512, "built with the AVX-512 inner loops");
   m.def("set_strassen", &set_strassen, "the AVX-512 prompt GEMM with one level of Strassen-Winograd (true, the "
         "default: 7/8 of the FMAs from 49 tokens) or the plain order; returns the old value");
-  m.def("set_fixed24", &set_fixed24, "one batch row of the K-quants Q2_K-Q6_K (and Q4_0 / Q4_1 / Q5_0 / Q5_1 with "
+  m.def("set_fixed24", &set_fixed24, "one batch row of the K-quants Q2_K-Q6_K (and Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS with "
         "VBMI and BITALG) with x as 24-bit fixed point and integer dot products (gemv_fixed24.h, gemv_fixed24_b32.h: "
         "the default where built) or the fp32 kernels; returns the old value");
   m.def("has_fixed24", &has_fixed24, "built with gemv_fixed24.h (AVX512-VNNI)");

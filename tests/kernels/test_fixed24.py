@@ -1,5 +1,6 @@
-"""One batch row of Q4_K / Q5_K / Q6_K through gemv_fixed24.h (AVX512-VNNI builds) and of Q4_0 / Q4_1 / Q5_0 /
-Q5_1 through gemv_fixed24_b32.h (VNNI, VBMI and BITALG): x as 24-bit fixed point per 32 values, integer dot products.
+"""One batch row of the K-quants Q2_K-Q6_K through gemv_fixed24.h (AVX512-VNNI builds) and of Q4_0 / Q4_1 / Q5_0 /
+Q5_1 / IQ4_NL / IQ4_XS through gemv_fixed24_b32.h (VNNI, VBMI and BITALG): x as 24-bit fixed point per 32 values,
+integer dot products.
 
 Checked against float64 on the dequantized matrix (quant/dequantize.py), with x rounded by a torch model written
 here from the method's definition (not from the kernel's code):

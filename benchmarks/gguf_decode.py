@@ -10,6 +10,8 @@ Files (made once into --workdir, default ~/.cache/scratchlm-bench/gguf):
                 28 layers, 16/8 heads of 128, QK-norm, d_ff 3072, vocab 151936, tied; Gemma-3-270M: D 640, 18
                 layers, 4/1 heads of 256, d_ff 2048, vocab 262144, sliding window 512) written as F16 by gguf-py
                 and quantized by llama.cpp to Q4_K_M (--big)
+    llama-1b-*  the same 1B F16 file quantized by llama.cpp to Q2_K, Q3_K_M, IQ4_XS, Q4_0, Q5_K_M, Q6_K too
+                (--types-1b: the other types people download, at a size where they decide the speed)
 Each engine runs in its own process (peak RSS = that process's ru_maxrss, torch/Python runtime included),
 2 threads, after waiting for a quiet machine (benchmarks/quiet.py); engines interleave over --rounds
 and each keeps its best:
@@ -26,7 +28,8 @@ the model and its decode step ready.
 read_gb_s: a plain 2-thread reduction over 512 MB in the same run (the hardware's read rate).
 Prints one JSON object last: {"files": {NAME: {"type", "file_mb", "llamacpp": {...}, "scratchlm_default":
 {..., "mode"}, "scratchlm_a8": {...}}}, "read_gb_s": ...}.
-    python benchmarks/gguf_decode.py [--rounds 2] [--new-tokens 64] [--prompt 128] [--big] [--only NAME]
+    python benchmarks/gguf_decode.py [--rounds 2] [--new-tokens 64] [--prompt 128] [--big] [--types-1b]
+                                     [--only NAME]
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 SMOLLM2_TYPES = {"Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}  # llama_ftype values
+TYPES_1B = {"Q2_K": 10, "Q3_K_M": 12, "IQ4_XS": 30, "Q4_0": 2, "Q5_K_M": 17, "Q6_K": 18}  # llama_ftype values
 BIG = {"llama-1b": dict(d=2048, layers=16, heads=32, kv=8, ff=8192, vocab=32000),
        "llama-3b": dict(d=3072, layers=28, heads=24, kv=8, ff=8192, vocab=32000),
        # Qwen3-0.6B's shape: head_dim 128 (q is 2048 wide over D 1024), QK-norm, tied embeddings, 152k vocab
@@ -147,6 +151,18 @@ def big_files(work: Path) -> dict[str, Path]:
         dst = work / f"{name}-Q4_K_M.gguf"
         out[f"{name}-Q4_K_M"] = dst if dst.exists() else quantize_file(
             random_llama_f16(work / f"{name}-F16.gguf", **shape), dst, 15)
+    return out
+
+
+def types_1b_files(work: Path) -> dict[str, Path]:
+    """The 1B file in each of TYPES_1B, made from its F16 (as big_files makes it) when missing."""
+    f16 = work / "llama-1b-F16.gguf"
+    if not f16.exists():
+        random_llama_f16(f16, **BIG["llama-1b"])
+    out = {}
+    for name, ftype in TYPES_1B.items():
+        dst = work / f"llama-1b-{name}.gguf"
+        out[f"llama-1b-{name}"] = dst if dst.exists() else quantize_file(f16, dst, ftype)
     return out
 
 
@@ -286,6 +302,8 @@ def file_options(p: argparse.ArgumentParser) -> None:
     """The options that pick the files (shared with gemv_centered.py): --workdir, --big, --only, --quiet-timeout."""
     p.add_argument("--workdir", type=Path, default=Path.home() / ".cache" / "scratchlm-bench" / "gguf")
     p.add_argument("--big", action="store_true", help="also the random 1B / 3B Llama Q4_K_M files")
+    p.add_argument("--types-1b", action="store_true",
+                   help="also the random 1B Llama as " + ", ".join(TYPES_1B) + " (llama.cpp's quantizer)")
     p.add_argument("--only", action="append", default=[], help="run only files whose name contains this")
     p.add_argument("--quiet-timeout", type=float, default=300.0)
 
@@ -296,6 +314,8 @@ def selected_files(args: argparse.Namespace) -> dict[str, Path]:
     files = smollm2_files(args.workdir)
     if args.big:
         files.update(big_files(args.workdir))
+    if args.types_1b:
+        files.update(types_1b_files(args.workdir))
     if args.only:
         files = {k: v for k, v in files.items() if any(o in k for o in args.only)}
     return files

@@ -79,7 +79,7 @@ def test_gguf_mode_is_the_loaded_model_itself(fmt: str) -> None:
     m = gguf_like(fmt)
     dec = FastDecoder(m, quant="gguf")
     assert dec.head.blocks is m.quantized_weights["model.embed_tokens.weight"] or dec.head.blocks.ggml_type == "Q8_0"
-    assert dec.layers[0].qkv.blocks.ggml_type == fmt.upper()
+    assert [p.ggml_type for p in dec.layers[0].qkv.parts] == [fmt.upper()] * 3  # q, k, v: each its own blocks
     assert_decodes_like(m, m, "fast-gguf", 1e-4)
 
 

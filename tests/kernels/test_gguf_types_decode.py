@@ -66,13 +66,19 @@ def gguf_model(n_layers: int = 3) -> TransformerLM:
 
 
 def test_stacked_matrices_keep_each_parts_type() -> None:
-    dec = FastDecoder(gguf_model(), quant="gguf")
+    """Each linear is its own part, in its own type, and the model's own block bytes (no copy: a mapped file's
+    pages stay the only copy of the weights)."""
+    m = gguf_model()
+    dec = FastDecoder(m, quant="gguf")
     kinds = [[tuple(p.ggml_type for p in lin.parts) for lin in (l.qkv, l.o, l.ffn_in, l.down)] for l in dec.layers]
-    assert kinds == [[("Q4_K", "Q6_K"), ("Q5_K",), ("Q3_K", "Q2_K"), ("IQ4_XS",)],
+    assert kinds == [[("Q4_K", "Q4_K", "Q6_K"), ("Q5_K",), ("Q3_K", "Q2_K"), ("IQ4_XS",)],
                      [("Q4_0", "F32", "IQ4_NL"), ("Q8_0",), ("Q4_1", "Q5_0"), ("F16",)],
-                     [("Q5_1", "BF16"), ("Q6_K",), ("Q4_K",), ("Q8_0",)]]
+                     [("Q5_1", "Q5_1", "BF16"), ("Q6_K",), ("Q4_K", "Q4_K"), ("Q8_0",)]]
     assert [p.ggml_type for p in dec.head.parts] == ["Q6_K"]
-    assert dec.layers[2].ffn_in.blocks is not None and dec.layers[0].qkv.blocks is None
+    own = {b.data.data_ptr() for b in m.quantized_weights.values()}
+    for layer in dec.layers:
+        for lin in (layer.qkv, layer.o, layer.ffn_in, layer.down):
+            assert all(p.data.data_ptr() in own for p in lin.parts if p.ggml_type != "F32")
 
 
 @pytest.mark.skipif(native() is None, reason="no C++ compiler: the torch step is the only path")
@@ -130,7 +136,7 @@ def test_fast_gguf_packs_block_layers_own_blocks() -> None:
     assert not hasattr(blk, "quantized_weights") and type(blk.lm_head).__name__ == "BlockLinear"
     dec = FastDecoder(blk, quant="gguf")
     assert [[p.ggml_type for p in lin.parts] for lin in (dec.layers[0].qkv, dec.layers[1].qkv, dec.head)] == \
-        [["Q4_K", "Q6_K"], ["Q4_0", "F32", "IQ4_NL"], ["Q6_K"]]
+        [["Q4_K", "Q4_K", "Q6_K"], ["Q4_0", "F32", "IQ4_NL"], ["Q6_K"]]
     assert all(lin.parts for lin in dec.linears())
     assert_decodes_like(m, blk, "fast-gguf", 5e-5)
 

@@ -202,9 +202,10 @@ def own_blocks(lin: torch.nn.Module, source: BlockSource | None) -> GGMLBlocks |
 
 
 def own_parts(linears: list[torch.nn.Module], source: BlockSource | None) -> tuple[GGMLBlocks, ...] | None:
-    """The "gguf" format's [W_1; W_2; ...]: each linear's own blocks (an F32 part of its weight where it has
-    none), neighbours of one type merged into one part; None when no linear has blocks or one does not fit
-    its type's kernel (the caller then keeps the fp32 matrix)."""
+    """The "gguf" format's [W_1; W_2; ...]: each linear's own blocks as one part (an F32 part of its weight where
+    it has none), never copied: a mapped file's pages stay the only copy, as llama.cpp keeps them (the kernels
+    run the parts of one call as one matrix); None when no linear has blocks or one does not fit its type's
+    kernel (the caller then keeps the fp32 matrix)."""
     own = [own_blocks(lin, source) for lin in linears]
     if all(b is None for b in own):
         return None
@@ -215,10 +216,6 @@ def own_parts(linears: list[torch.nn.Module], source: BlockSource | None) -> tup
             b = GGMLBlocks("F32", w.view(torch.uint8), (w.shape[0], w.shape[1]))
         if b.ggml_type not in KERNEL_TYPES or b.shape[1] % ops.k_multiple(b.ggml_type):
             return None
-        if parts and parts[-1].ggml_type == b.ggml_type:
-            data = torch.cat([parts[-1].data, b.data])
-            b = GGMLBlocks(b.ggml_type, data, (data.shape[0], b.shape[1]))
-            parts.pop()
         parts.append(b)
     return tuple(parts)
 

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "blocks.h"
+#include "gemv_a8_blocks.h"
 #include "gemv_fixed24.h"
 #include "simd.h"
 
@@ -67,6 +68,7 @@ struct Fixed24X32 {
   std::vector<int8_t> buf;
   int8_t* base = nullptr;
   int64_t K = 0;
+  int planes = 3;  // digits per value: 3 (24-bit X), or 1 (prepare_q8: the A8 rounding's int8 q, in a2's place)
 
   Fixed24X32() = default;
   Fixed24X32(const Fixed24X32&) = delete;
@@ -76,11 +78,38 @@ struct Fixed24X32 {
   const int8_t* step(int64_t g) const { return base + g * STEP_BYTES; }
 
 #if defined(SCRATCHLM_FIXED24_B32)
-  // x: K values, K a multiple of 32.
-  void prepare(const float* x, int64_t K_) {
-    K = K_;
+  void layout(int64_t K_, int planes_) {
+    K = K_, planes = planes_;
     buf.assign(steps() * STEP_BYTES + 64, 0);
     base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+  }
+
+  // One row rounded the A8 way (gemv_a8_blocks.h's ActRows, per 32 or 256 values): one digit plane (q), 2^-k
+  // replaced by the block's d, the sums by those of q. The kernel then computes round(x) W^T, the A8 row formats'
+  // definition, with two vpdpbusd per 128 weights.
+  void prepare_q8(const ActRows& a) {
+    layout(a.K, 1);
+    for (int64_t b = 0; b < K / 32; ++b) {
+      int8_t* st = base + (b / 4) * STEP_BYTES;
+      const int j = static_cast<int>(b % 4);
+      const int8_t* q = a.q.data() + 32 * b;
+      std::memcpy(st + 16 * j, q, 16);
+      std::memcpy(st + 64 + 16 * j, q + 16, 16);
+      const float d = a.d[32 * b / a.qk];
+      for (int t = 0; t < 4; ++t) {
+        int32_t sum = 0;
+        for (int i = 0; i < 4; ++i) sum += q[4 * t + i] + q[16 + 4 * t + i];
+        const int l = 4 * j + t;
+        reinterpret_cast<float*>(st + 384)[l] = d, reinterpret_cast<float*>(st + 448)[l] = d * static_cast<float>(sum);
+        reinterpret_cast<int32_t*>(st + 512)[l] = 8 * sum, reinterpret_cast<int32_t*>(st + 576)[l] = 16 * sum;
+        reinterpret_cast<int32_t*>(st + 640)[l] = 128 * sum;
+      }
+    }
+  }
+
+  // x: K values, K a multiple of 32.
+  void prepare(const float* x, int64_t K_) {
+    layout(K_, 3);
     for (int64_t b = 0; b < K / 32; ++b) {
       int8_t* st = base + (b / 4) * STEP_BYTES;
       const int j = static_cast<int>(b % 4);
@@ -118,6 +147,7 @@ struct Fixed24X32 {
   }
 #else
   void prepare(const float*, int64_t K_) { K = K_; }
+  void prepare_q8(const ActRows& a) { K = a.K, planes = 1; }
 #endif
 };
 
@@ -205,19 +235,23 @@ inline __m512i iq4_table() {
 }
 
 // The int32 lanes of one step: sum over each lane's 8 values of q a (plane order a2, a1, a0: digits[0..5] = a2 low,
-// a2 high, a1 low, ...) combined as ((. 256) + .) 256 + . in integers, minus c (the header).
+// a2 high, a1 low, ...) combined as ((. 256) + .) 256 + . in integers, minus c (the header); PLANES 1: q a2 only.
+template <int PLANES>
 inline __m512 b32_lanes(__m512i ql, __m512i qh, const __m512i* a, __m512i c, bool sub) {
   __m512i v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ql, a[0]), qh, a[1]);
-  v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(v, 8), ql, a[2]), qh, a[3]);
-  v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(v, 8), ql, a[4]), qh, a[5]);
+  if constexpr (PLANES == 3) {
+    v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(v, 8), ql, a[2]), qh, a[3]);
+    v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(v, 8), ql, a[4]), qh, a[5]);
+  }
   return _mm512_cvtepi32_ps(sub ? _mm512_sub_epi32(v, c) : v);
 }
 
 // The IQ4 types' lanes: ql / qh as kvalues + 128, each plane apart (p: x's 128-times plane sums), fp32 after.
+template <int PLANES>
 inline __m512 b32_kv_lanes(__m512i ql, __m512i qh, const __m512i* a, const int8_t* p) {
   __m512 t = _mm512_setzero_ps();
   const __m512 base = _mm512_set1_ps(256.0f);
-  for (int plane = 0; plane < 3; ++plane) {
+  for (int plane = 0; plane < PLANES; ++plane) {
     const __m512i v = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ql, a[2 * plane]), qh, a[2 * plane + 1]);
     const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(v, _mm512_load_si512(p + 64 * plane)));
     t = plane == 0 ? f : _mm512_fmadd_ps(t, base, f);
@@ -241,7 +275,7 @@ inline __m512 iq4_xs_scales(const uint8_t* p) {
 }
 
 // y[n .. n + 4) (rows past n_end - 1 repeat the last row and are not written) for one batch row.
-template <typename Block>
+template <typename Block, int PLANES>
 inline void fixed24_b32_tile(const Fixed24X32& xf, const uint8_t* w, float* y, int64_t n, int64_t n_end,
                              int64_t row_bytes) {
   using F = Fixed24B32<Block>;
@@ -264,8 +298,8 @@ inline void fixed24_b32_tile(const Fixed24X32& xf, const uint8_t* w, float* y, i
     constexpr bool TAIL = decltype(tail)::value;
     const int64_t len = (nblocks - 4 * g) * S;  // TAIL: the bytes left in each row
     const int8_t* st = xf.step(g);
-    __m512i a[6];
-    for (int i = 0; i < 6; ++i) a[i] = _mm512_load_si512(st + 64 * i);
+    __m512i a[2 * PLANES];
+    for (int i = 0; i < 2 * PLANES; ++i) a[i] = _mm512_load_si512(st + 64 * i);
     const __m512 s = _mm512_load_ps(reinterpret_cast<const float*>(st + 384));
     const __m512i c = _mm512_load_si512(st + (F::C == 16 ? 576 : 512));
     for (int r = 0; r < NR; ++r) {
@@ -303,9 +337,9 @@ inline void fixed24_b32_tile(const Fixed24X32& xf, const uint8_t* w, float* y, i
         ql = _mm512_mask_add_epi8(ql, ml, ql, sixteen), qh = _mm512_mask_add_epi8(qh, mh, qh, sixteen);
       __m512 lanes;
       if constexpr (F::KV) {
-        lanes = b32_kv_lanes(_mm512_shuffle_epi8(table, ql), _mm512_shuffle_epi8(table, qh), a, st + 640);
+        lanes = b32_kv_lanes<PLANES>(_mm512_shuffle_epi8(table, ql), _mm512_shuffle_epi8(table, qh), a, st + 640);
       } else {
-        lanes = b32_lanes(ql, qh, a, c, F::C != 0);
+        lanes = b32_lanes<PLANES>(ql, qh, a, c, F::C != 0);
       }
       tot[r] = _mm512_fmadd_ps(lanes, _mm512_mul_ps(d, s), tot[r]);
       if constexpr (F::M) off[r] = _mm512_fmadd_ps(m, _mm512_load_ps(reinterpret_cast<const float*>(st + 448)), off[r]);
@@ -320,7 +354,8 @@ inline void fixed24_b32_tile(const Fixed24X32& xf, const uint8_t* w, float* y, i
 template <typename Block>
 void fixed24_b32_rows(const Fixed24X32& xf, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
   const int64_t row_bytes = (xf.K / Block::QK) * Block::BYTES;
-  for (int64_t n = n0; n < n1; n += 4) fixed24_b32_tile<Block>(xf, w, y, n, n1, row_bytes);
+  for (int64_t n = n0; n < n1; n += 4)
+    xf.planes == 3 ? fixed24_b32_tile<Block, 3>(xf, w, y, n, n1, row_bytes) : fixed24_b32_tile<Block, 1>(xf, w, y, n, n1, row_bytes);
 }
 #else
 template <typename Block>

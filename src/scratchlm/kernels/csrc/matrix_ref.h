@@ -91,12 +91,15 @@ struct PreparedX {
   PackedX packed;
   SumsX sums;
   Fixed24X fixed, fixed8;  // fixed8: the A8 rounding of x (per 256) as gemv_fixed24.h's one-plane form
-  Fixed24X32 fixed32;      // gemv_fixed24_b32.h's order of x (the 32-value block types)
+  Fixed24X32 fixed32;              // gemv_fixed24_b32.h's order of x (the 32-value block types)
+  Fixed24X32 fixed8_32, fixed8_256;  // the same order of x's A8 rounding per 32 / 256 values (act32 / act256)
 
   void reset() {
-    act32.qk = act256.qk = 0, a8_32.B = a8_256.B = 0, packed.B = 0, sums.K = 0, fixed.K = 0, fixed8.K = 0, fixed32.K = 0;
+    act32.qk = act256.qk = 0, a8_32.B = a8_256.B = 0, packed.B = 0, sums.K = 0, fixed.K = 0, fixed8.K = 0, fixed32.K = 0, fixed8_32.K = 0, fixed8_256.K = 0;
   }
   const ActRows& act(int format) const { return act_qk(format) == 256 ? act256 : act32; }
+  Fixed24X32& fixed8_b32(int format) { return act_qk(format) == 256 ? fixed8_256 : fixed8_32; }
+  const Fixed24X32& fixed8_b32(int format) const { return act_qk(format) == 256 ? fixed8_256 : fixed8_32; }
   const PackedA8& a8(int format) const { return act_qk(format) == 256 ? a8_256 : a8_32; }
 };
 
@@ -175,6 +178,12 @@ struct MatrixRef {
     return one_row_route(B, is_a8_row(format), fixed24_enabled, [](auto blk) { return has_fixed24<decltype(blk)>(); });
   }
 
+  // True when one batch row of an A8 row format of a gemv_fixed24_b32.h type goes through its one-plane form.
+  bool fixed8_b32(int64_t B) const {
+    return one_row_route(B, is_a8_row(format), fixed24_enabled,
+                         [](auto blk) { return has_fixed24_b32<decltype(blk)>(); });
+  }
+
   // True when B rows of an A8 row format go through a8_gemm.h (x rounded, then packed once per call).
   bool a8_gemm(int64_t B) const { return B >= GEMM_MIN_ROWS && is_a8_row(format) && has_a8_gemm(); }
 
@@ -199,6 +208,7 @@ struct MatrixRef {
     PackedA8& pk = a.qk == 256 ? px.a8_256 : px.a8_32;
     if (a8_gemm(B) && pk.B == 0) pk.pack(a);
     if (fixed8(B) && px.fixed8.K == 0) px.fixed8.prepare_q8(a);
+    if (fixed8_b32(B) && px.fixed8_b32(format).K == 0) px.fixed8_b32(format).prepare_q8(a);
   }
 
   // y (B, ldy) row-major; x (B, K) row-major fp32; residual (B, ldy) or null (may alias y).
@@ -225,9 +235,10 @@ struct MatrixRef {
     const auto* bytes = static_cast<const uint8_t*>(data);
     const Fixed24X* one_row = fixed24(B) ? fixed : (fixed8(B) ? &px.fixed8 : nullptr);
     auto fin = [&](int64_t b, int64_t lo, int64_t hi) { finish_row(y, b, lo, hi, residual); };  // the GEMMs' rows
-    if (B == 1 && px.fixed32.K == K && fixed24_b32(B)) {  // prepared by the caller: the switch may move
+    const Fixed24X32* one_row32 = fixed24_b32(B) ? &px.fixed32 : (fixed8_b32(B) ? &px.fixed8_b32(format) : nullptr);
+    if (B == 1 && one_row32 != nullptr && one_row32->K == K) {  // prepared by the caller: the switch may move
       visit_blocks(format, [&](auto blk) {
-        if constexpr (has_fixed24_b32<decltype(blk)>()) fixed24_b32_rows<decltype(blk)>(px.fixed32, bytes, y, n0, n1);
+        if constexpr (has_fixed24_b32<decltype(blk)>()) fixed24_b32_rows<decltype(blk)>(*one_row32, bytes, y, n0, n1);
       });
       finish_row(y, 0, n0, n1, residual);
       return;

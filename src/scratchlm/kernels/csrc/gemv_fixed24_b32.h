@@ -7,8 +7,8 @@
 //   x~ . W[n] = sum over blocks b ( d_b 2^-k_b * sum_i (q_i - c) X_i  +  m_b 2^-k_b * sum_i X_i )
 // Four blocks (128 values) are one step: their 16-byte quant arrays as one register (vpermt2b from two loads that
 // end at the last block's end), low nibbles (values 0-15 of each block) and high nibbles (16-31) as two registers
-// of unsigned bytes; Q5's fifth bit from qh through 64-bit byte masks (vpshufbitqmb; one masked add of 16 each). Int32 lane l then
-// sums 8 products of block l / 4 (4 low, 4 high), per digit plane one vpdpbusd per register:
+// of unsigned bytes; Q5's fifth bit from qh through 64-bit byte masks (vpshufbitqmb; one masked add of 16 each).
+// Int32 lane l then sums 8 products of block l / 4 (4 low, 4 high), per digit plane one vpdpbusd per register:
 //   V = ((q.a2) 256 + q.a1) 256 + q.a0  over the lane's 8 values,  |V| <= 8 * 31 * 2^23 < 2^31 at every step
 // and c sum X over the same 8 values is subtracted exactly (x's lane sums, prepared once per call). Each lane is
 // converted to fp32 (one rounding), multiplied by d_b 2^-k_b (exact) and summed in fp32; the m terms use
@@ -56,15 +56,15 @@ constexpr bool has_fixed24_b32() {
 }
 
 // x of one batch row rounded as gemv_fixed24.h does, in the order of this kernel's steps. Per step g (4 blocks,
-// 128 values; a last step of fewer blocks is zero past K), 640 bytes at g * 640:
+// 128 values; a last step of fewer blocks is zero past K), STEP_BYTES at g * STEP_BYTES:
 //   digits [plane a2, a1, a0][half: values 0-15 / 16-31 of each block]: 64 bytes, byte 16 j + i of half h is
 //          value 32 j + 16 h + i of the step's block j
-//   s  (16 floats): 2^-k of lane l's block (l / 4)
-//   o  (16 floats): 2^-k sum X over lane l's 8 values (4 l % 16 .. + 3 of both halves)
-//   c8, c16 (16 int32): 8 and 16 times sum X over the same values
-//   p2, p1, p0 (16 int32): 128 times the sum of the digits a2 / a1 / a0 over the same values (the IQ4 types)
+//   s  (16 floats, at S_AT): 2^-k of lane l's block (l / 4)
+//   o  (16 floats, O_AT): 2^-k sum X over lane l's 8 values (4 (l % 4) .. + 3 of both halves)
+//   c8, c16 (16 int32, C8_AT / C16_AT): 8 and 16 times sum X over the same values
+//   p2, p1, p0 (16 int32 each, P_AT): 128 times the sum of the digits a2 / a1 / a0 over the same values (IQ4)
 struct Fixed24X32 {
-  static constexpr int64_t STEP_BYTES = 832;
+  static constexpr int64_t S_AT = 384, O_AT = 448, C8_AT = 512, C16_AT = 576, P_AT = 640, STEP_BYTES = 832;
   std::vector<int8_t> buf;
   int8_t* base = nullptr;
   int64_t K = 0;
@@ -100,9 +100,9 @@ struct Fixed24X32 {
         int32_t sum = 0;
         for (int i = 0; i < 4; ++i) sum += q[4 * t + i] + q[16 + 4 * t + i];
         const int l = 4 * j + t;
-        reinterpret_cast<float*>(st + 384)[l] = d, reinterpret_cast<float*>(st + 448)[l] = d * static_cast<float>(sum);
-        reinterpret_cast<int32_t*>(st + 512)[l] = 8 * sum, reinterpret_cast<int32_t*>(st + 576)[l] = 16 * sum;
-        reinterpret_cast<int32_t*>(st + 640)[l] = 128 * sum;
+        reinterpret_cast<float*>(st + S_AT)[l] = d, reinterpret_cast<float*>(st + O_AT)[l] = d * static_cast<float>(sum);
+        reinterpret_cast<int32_t*>(st + C8_AT)[l] = 8 * sum, reinterpret_cast<int32_t*>(st + C16_AT)[l] = 16 * sum;
+        reinterpret_cast<int32_t*>(st + P_AT)[l] = 128 * sum;
       }
     }
   }
@@ -115,24 +115,21 @@ struct Fixed24X32 {
       const int j = static_cast<int>(b % 4);
       __m512i X[2];
       const float xsc = fixed24_round32(x + 32 * b, X);
+      alignas(64) int32_t v[16], pd[3][2][16];  // X of both halves added; each plane's digits as int32
       for (int h = 0; h < 2; ++h) {
         __m128i d[3];
         fixed24_digits(X[h], d);
-        for (int plane = 0; plane < 3; ++plane)
+        for (int plane = 0; plane < 3; ++plane) {
           _mm_storeu_si128(reinterpret_cast<__m128i*>(st + (2 * plane + h) * 64 + 16 * j), d[plane]);
+          _mm512_store_si512(pd[plane][h], _mm512_cvtepi8_epi32(d[plane]));
+        }
       }
       // lane sums: values 4 t .. 4 t + 3 of both halves, t = 0..3 (|sum| <= 8 * 2^23: exact)
-      alignas(64) int32_t v[16], pd[3][2][16];
       _mm512_store_si512(v, _mm512_add_epi32(X[0], X[1]));
-      for (int h = 0; h < 2; ++h) {
-        __m128i d[3];
-        fixed24_digits(X[h], d);
-        for (int plane = 0; plane < 3; ++plane) _mm512_store_si512(pd[plane][h], _mm512_cvtepi8_epi32(d[plane]));
-      }
-      float* s = reinterpret_cast<float*>(st + 384);
-      float* o = s + 16;
-      int32_t* c8 = reinterpret_cast<int32_t*>(st + 512);
-      int32_t* c16 = c8 + 16;
+      float* s = reinterpret_cast<float*>(st + S_AT);
+      float* o = reinterpret_cast<float*>(st + O_AT);
+      int32_t* c8 = reinterpret_cast<int32_t*>(st + C8_AT);
+      int32_t* c16 = reinterpret_cast<int32_t*>(st + C16_AT);
       for (int t = 0; t < 4; ++t) {
         const int32_t sum = v[4 * t] + v[4 * t + 1] + v[4 * t + 2] + v[4 * t + 3];
         const int l = 4 * j + t;
@@ -140,7 +137,7 @@ struct Fixed24X32 {
         for (int plane = 0; plane < 3; ++plane) {
           int32_t ps = 0;
           for (int h = 0; h < 2; ++h) ps += pd[plane][h][4 * t] + pd[plane][h][4 * t + 1] + pd[plane][h][4 * t + 2] + pd[plane][h][4 * t + 3];
-          reinterpret_cast<int32_t*>(st + 640 + 64 * plane)[l] = 128 * ps;
+          reinterpret_cast<int32_t*>(st + P_AT + 64 * plane)[l] = 128 * ps;
         }
       }
     }
@@ -300,8 +297,8 @@ inline void fixed24_b32_tile(const Fixed24X32& xf, const uint8_t* w, float* y, i
     const int8_t* st = xf.step(g);
     __m512i a[2 * PLANES];
     for (int i = 0; i < 2 * PLANES; ++i) a[i] = _mm512_load_si512(st + 64 * i);
-    const __m512 s = _mm512_load_ps(reinterpret_cast<const float*>(st + 384));
-    const __m512i c = _mm512_load_si512(st + (F::C == 16 ? 576 : 512));
+    const __m512 s = _mm512_load_ps(reinterpret_cast<const float*>(st + Fixed24X32::S_AT));
+    const __m512i c = _mm512_load_si512(st + (F::C == 16 ? Fixed24X32::C16_AT : Fixed24X32::C8_AT));
     for (int r = 0; r < NR; ++r) {
       __m512i qs;
       __m512 d, m = s;
@@ -337,12 +334,13 @@ inline void fixed24_b32_tile(const Fixed24X32& xf, const uint8_t* w, float* y, i
         ql = _mm512_mask_add_epi8(ql, ml, ql, sixteen), qh = _mm512_mask_add_epi8(qh, mh, qh, sixteen);
       __m512 lanes;
       if constexpr (F::KV) {
-        lanes = b32_kv_lanes<PLANES>(_mm512_shuffle_epi8(table, ql), _mm512_shuffle_epi8(table, qh), a, st + 640);
+        lanes = b32_kv_lanes<PLANES>(_mm512_shuffle_epi8(table, ql), _mm512_shuffle_epi8(table, qh), a, st + Fixed24X32::P_AT);
       } else {
         lanes = b32_lanes<PLANES>(ql, qh, a, c, F::C != 0);
       }
       tot[r] = _mm512_fmadd_ps(lanes, _mm512_mul_ps(d, s), tot[r]);
-      if constexpr (F::M) off[r] = _mm512_fmadd_ps(m, _mm512_load_ps(reinterpret_cast<const float*>(st + 448)), off[r]);
+      if constexpr (F::M)
+        off[r] = _mm512_fmadd_ps(m, _mm512_load_ps(reinterpret_cast<const float*>(st + Fixed24X32::O_AT)), off[r]);
     }
   };
   const int64_t full = nblocks / 4;

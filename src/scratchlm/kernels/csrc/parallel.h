@@ -2,9 +2,13 @@
 //
 // at::parallel_for gives each thread one fixed contiguous share; when the OS takes a core away for a moment
 // (the server's event loop streaming a token, an HTTP client on the same machine, another process) the whole
-// region waits for the preempted thread's share. Here each thread takes the next chunk from a shared counter
-// until none is left, so a preempted thread holds up at most the chunk it is on, and the other threads finish
-// its share. The chunks are the same rows whichever thread runs them: results do not depend on the split.
+// region waits for the preempted thread's share. Here the chunks are cut into one contiguous segment per thread,
+// each with its own counter: a thread takes its segment's chunks in order, then helps the other segments, so a
+// preempted thread holds up at most the chunk it is on and the others finish its share. In order, because the
+// decode kernels prefetch rows ahead of the one they read: with one shared counter two threads alternated chunks
+// and every chunk's prefetches ran into the other thread's rows (Zen 4, Q4_K 8192 x 2048 in 128-row chunks, 2
+// threads streaming: 23.4 GB/s shared, 24.7 by segments, 25.4 in two halves). The chunks are the same rows
+// whichever thread runs them: results do not depend on the split.
 
 #pragma once
 
@@ -13,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 
 namespace scratchlm {
 
@@ -40,11 +45,20 @@ void parallel_chunks(int64_t n, int64_t chunk, const Fn& fn) {
   const int64_t chunks = (n + chunk - 1) / chunk;
   const int64_t threads = std::min<int64_t>(at::get_num_threads(), chunks);
   if (threads <= 1 || at::in_parallel_region()) return fn(0, n);
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-    for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
-         c = next.fetch_add(1, std::memory_order_relaxed))
-      fn(c * chunk, std::min(n, (c + 1) * chunk));
+  struct alignas(64) Counter {  // one cache line each
+    std::atomic<int64_t> next;
+  };
+  std::unique_ptr<Counter[]> seg(new Counter[threads]);
+  auto start = [&](int64_t s) { return s * chunks / threads; };  // segment s: chunks [start(s), start(s + 1))
+  for (int64_t s = 0; s < threads; ++s) seg[s].next.store(start(s), std::memory_order_relaxed);
+  at::parallel_for(0, threads, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t k = 0; k < threads; ++k) {  // its own segment first, then the others'
+        const int64_t s = (t + k) % threads, end = start(s + 1);
+        for (int64_t c = seg[s].next.fetch_add(1, std::memory_order_relaxed); c < end;
+             c = seg[s].next.fetch_add(1, std::memory_order_relaxed))
+          fn(c * chunk, std::min(n, (c + 1) * chunk));
+      }
   });
 }
 

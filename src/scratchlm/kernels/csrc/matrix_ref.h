@@ -3,7 +3,8 @@
 // F32 / BF16 / F16 and every ggml block type: fp32 x against exactly the dequantized W (gemv.h; one batch row
 // of Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K on AVX2, Q5_K / Q6_K on AVX-512: gemv_centered.h, the same function
 // by sub-block sums; one batch row of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K with AVX512-VNNI: gemv_fixed24.h, x as 24-bit
-// fixed point; Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS with VBMI and BITALG too: gemv_fixed24_b32.h, the same rounding).
+// fixed point; Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS with VBMI and BITALG too: gemv_fixed24_b32.h, the same
+// rounding).
 // Q8_0_A8 / Q4_1_A8: x quantized to 8 bits per 32-block first, integer dot products (gemv_a8.h); `data`
 // then points at the repacked weights and `aux` at their fp16 scales.
 // A8_ROW + a block format: x quantized to 8 bits per block of that type, integer dot products on the ggml
@@ -95,7 +96,8 @@ struct PreparedX {
   Fixed24X32 fixed8_32, fixed8_256;  // the same order of x's A8 rounding per 32 / 256 values (act32 / act256)
 
   void reset() {
-    act32.qk = act256.qk = 0, a8_32.B = a8_256.B = 0, packed.B = 0, sums.K = 0, fixed.K = 0, fixed8.K = 0, fixed32.K = 0, fixed8_32.K = 0, fixed8_256.K = 0;
+    act32.qk = act256.qk = 0, a8_32.B = a8_256.B = 0, packed.B = 0, sums.K = 0;
+    fixed.K = fixed8.K = fixed32.K = fixed8_32.K = fixed8_256.K = 0;
   }
   const ActRows& act(int format) const { return act_qk(format) == 256 ? act256 : act32; }
   Fixed24X32& fixed8_b32(int format) { return act_qk(format) == 256 ? fixed8_256 : fixed8_32; }
@@ -160,20 +162,20 @@ struct MatrixRef {
                          [](auto blk) { return has_centered<decltype(blk)>(); });
   }
 
-  // True when one batch row goes through gemv_fixed24.h (x prepared once per call as Fixed24X) or, for the
-  // 32-value block types, gemv_fixed24_b32.h (as Fixed24X32: fixed24_b32(B)).
+  // True when one batch row goes through gemv_fixed24.h (x prepared once per call as Fixed24X).
   bool fixed24(int64_t B) const {
-    return one_row_route(B, is_plain_blocks(format), fixed24_enabled, [](auto blk) {
-      return has_fixed24<decltype(blk)>() || has_fixed24_b32<decltype(blk)>();
-    });
+    return one_row_route(B, is_plain_blocks(format), fixed24_enabled,
+                         [](auto blk) { return has_fixed24<decltype(blk)>(); });
   }
+
+  // True when one batch row of a 32-value block type goes through gemv_fixed24_b32.h (x prepared as Fixed24X32).
   bool fixed24_b32(int64_t B) const {
     return one_row_route(B, is_plain_blocks(format), fixed24_enabled,
                          [](auto blk) { return has_fixed24_b32<decltype(blk)>(); });
   }
 
-  // True when one batch row of an A8 row format of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K goes through gemv_fixed24.h's one-plane form
-  // (x rounded to Q8_K, then prepared as Fixed24X::prepare_q8).
+  // True when one batch row of an A8 row format of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K goes through gemv_fixed24.h's
+  // one-plane form (x rounded to Q8_K, then prepared as Fixed24X::prepare_q8).
   bool fixed8(int64_t B) const {
     return one_row_route(B, is_a8_row(format), fixed24_enabled, [](auto blk) { return has_fixed24<decltype(blk)>(); });
   }
@@ -222,8 +224,8 @@ struct MatrixRef {
   }
 
   // Rows [n0, n1) of y on this thread (not the interleaved A8 formats); px: x's other forms (prepare), read by
-  // gemv_fixed24.h (fixed24(B), first), gemv_centered*.h (centered(B)), a8_gemm.h (a8_gemm(B)), block_gemm.h
-  // (gemm(B)) and the A8 row kernels.
+  // gemv_fixed24_b32.h / gemv_fixed24.h (fixed24_b32(B) / fixed24(B), first), gemv_centered*.h (centered(B)),
+  // a8_gemm.h (a8_gemm(B)), block_gemm.h (gemm(B)) and the A8 row kernels.
   void range(const float* x, float* y, int64_t B, const float* residual, int64_t n0, int64_t n1,
              const PreparedX& px) const {
     const Fixed24X* fixed = &px.fixed;

@@ -265,7 +265,27 @@ struct Fixed24<Q5_KBlock> {  // [d][dmin][scales 12][qh 32][qs 128]: as Q4_K, q 
   }
 };
 
-// The index-order types: v and m from blocks.h's prepare (v = its 16 scales, m = its 16 offsets per unit of x~)
+// Q3_K's scales, 4 rows at once (the values of blocks.h's prepare, which the scalar forms use): 16 bytes at p[r] +
+// off in the 128-bit lane r
+inline __m512i g16_bytes_x4(const uint8_t* const* p, int off) {
+  __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p[0] + off)));
+  z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[1] + off)), 1);
+  z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[2] + off)), 2);
+  return _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[3] + off)), 3);
+}
+
+// v[r] lane g = (int8 g of b's lane r) (the fp16 at p[r] + off) (exact: 8-bit integers times fp16 values fit
+// fp32's 24 bits). Through memory: per row a broadcast scalar, as blocks.h's prepare (faster than the lane
+// extracts and permutes on the shuffle units that the quants and scales use too)
+inline void g16_times_x4(__m512i b, const uint8_t* const* p, int off, __m512* v) {
+  alignas(64) int8_t sc[64];
+  _mm512_store_si512(sc, b);
+  for (int r = 0; r < 4; ++r)
+    v[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc + 16 * r)))),
+                         _mm512_set1_ps(fp16_to_f32(p[r] + off)));
+}
+
+// The other index-order types: v and m from blocks.h's prepare, per row
 template <typename Block>
 inline void g16_scales_x4(const uint8_t* const* p, __m512* v, __m512* m) {
   alignas(64) float sc[32];
@@ -313,7 +333,19 @@ template <>
 struct Fixed24<Q3_KBlock> {  // [hmask 32][qs 64][scales 12][d]: w = d (sc_g - 32) (q - 4), q = 2 bits | hmask bit << 2
   static constexpr bool PAIR = false;
   static constexpr const int32_t (*IDX)[16] = F24_Q6_IDX;
-  static void scales(const uint8_t* const* p, __m512* v, __m512* m) { g16_scales_x4<Q3_KBlock>(p, v, m); }
+  static void scales(const uint8_t* const* p, __m512* v, __m512* m) {  // v = d (sc - 32), m = -4 v
+    // the 12 bytes at 96 as dwords u0 u1 u2 (read from 94, in the block, then moved down 2 bytes): scales 0-3 =
+    // u0 & 0x0f.. | (u2 & 0x03..) << 4, 4-7 = u1 & 0x0f.. | (u2 >> 2 & 0x03..) << 4, 8-11 = u0 >> 4 & 0x0f.. |
+    // (u2 >> 4 & 0x03..) << 4, 12-15 = u1 >> 4 & 0x0f.. | (u2 >> 6 & 0x03..) << 4 (blocks.h's unpacking)
+    const __m512i z = _mm512_bsrli_epi128(g16_bytes_x4(p, 94), 2);
+    const __m512i a = _mm512_shuffle_epi32(z, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(1, 0, 1, 0)));  // u0 u1 u0 u1
+    const __m512i b = _mm512_shuffle_epi32(z, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 2, 2, 2)));  // u2 x 4
+    const __m512i low = _mm512_and_si512(_mm512_srlv_epi32(a, _mm512_set4_epi32(4, 4, 0, 0)), f24_bytes(0x0f));
+    const __m512i high = _mm512_slli_epi32(_mm512_srlv_epi32(b, _mm512_set4_epi32(6, 4, 2, 0)), 4);
+    const __m512i sc = _mm512_ternarylogic_epi32(high, f24_bytes(0x30), low, F24_AND_OR);
+    g16_times_x4(_mm512_sub_epi8(sc, f24_bytes(32)), p, 108, v);
+    for (int r = 0; r < 4; ++r) m[r] = _mm512_mul_ps(v[r], _mm512_set1_ps(-4.0f));
+  }
   static void quants(const uint8_t* p, int j, __m512i* q) {
     __m512i z[2];
     k23_low_bits(p + 32 + 32 * j, z);

@@ -182,6 +182,20 @@ inline __m512i f24_bytes(int v) { return _mm512_set1_epi8(static_cast<char>(v));
 // (a & b) | c per bit (vpternlog)
 constexpr int F24_AND_OR = 0xea;
 
+// The matrix of a GF(2) affine map (vgf2p8affineqb) that moves bits from .. from + n - 1 of each byte to bits to ..
+// to + n - 1 and clears the rest (output bit i reads the matrix's byte 7 - i): one instruction for a shift and a
+// mask, which the shuffle / shift units would take two for
+constexpr uint64_t f24_bits(int from, int n, int to = 0) {
+  uint64_t a = 0;
+  for (int i = 0; i < n; ++i) a |= static_cast<uint64_t>(1u << (from + i)) << (8 * (7 - to - i));
+  return a;
+}
+// each byte of z mapped by lo_half's matrix in the register's low 32 bytes, by hi_half's in the high 32
+inline __m512i f24_take(__m512i z, uint64_t lo_half, uint64_t hi_half) {
+  return _mm512_gf2p8affine_epi64_epi8(z, _mm512_setr_epi64(lo_half, lo_half, lo_half, lo_half, hi_half, hi_half, hi_half,
+                                                             hi_half), 0);
+}
+
 // the 4-value dot products of a chunk's quants q with X: exact int32 lanes (see the header)
 inline __m512i f24_dot(__m512i q, const int8_t* d) {
   __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, _mm512_load_si512(d));
@@ -239,8 +253,8 @@ struct Fixed24<Q4_KBlock> {  // [d][dmin][scales 12][qs 128]
     for (int r = 0; r < 4; ++r) m[r] = v[r];  // lanes 8-15: -(dmin m_j) against k4o's sums (lanes 0-7 of k4o are 0)
   }
   static void quants(const uint8_t* p, int j, __m512i* q) {
-    const __m512i z = _mm512_loadu_si512(p + 16 + 64 * j), m = f24_bytes(0x0f);
-    q[0] = _mm512_and_si512(z, m), q[1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m);
+    const __m512i z = _mm512_loadu_si512(p + 16 + 64 * j);
+    q[0] = _mm512_and_si512(z, f24_bytes(0x0f)), q[1] = f24_take(z, f24_bits(4, 4), f24_bits(4, 4));
   }
 };
 
@@ -253,13 +267,12 @@ struct Fixed24<Q5_KBlock> {  // [d][dmin][scales 12][qh 32][qs 128]: as Q4_K, q 
     for (int r = 0; r < 4; ++r) m[r] = v[r];  // lanes 8-15: -(dmin m_j) against k4o's sums (lanes 0-7 of k4o are 0)
   }
   static void quants(const uint8_t* p, int j, __m512i* q) {
-    const __m512i z = _mm512_loadu_si512(p + 48 + 64 * j), m = f24_bytes(0x0f), bit = f24_bytes(0x10);
+    const __m512i z = _mm512_loadu_si512(p + 48 + 64 * j), m = f24_bytes(0x0f);
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
-    // bit s to bit 4 of each byte: rotate each 64-bit lane left by 4 - s (mod 64), the bit stays in its byte
-    const int s0 = 4 * j, r0 = (68 - s0) % 64, r2 = (64 + 4 - s0 - 2) % 64, r1 = (64 + 4 - s0 - 1) % 64,
-              r3 = (64 + 4 - s0 - 3) % 64;
-    const __m512i h0 = _mm512_and_si512(_mm512_rolv_epi64(h, _mm512_setr_epi64(r0, r0, r0, r0, r2, r2, r2, r2)), bit);
-    const __m512i h1 = _mm512_and_si512(_mm512_rolv_epi64(h, _mm512_setr_epi64(r1, r1, r1, r1, r3, r3, r3, r3)), bit);
+    // bit s of qh[l] to bit 4, s the sub-block (4j, 4j + 2 | 4j + 1, 4j + 3)
+    const int s0 = 4 * j;
+    const __m512i h0 = f24_take(h, f24_bits(s0, 1, 4), f24_bits(s0 + 2, 1, 4));
+    const __m512i h1 = f24_take(h, f24_bits(s0 + 1, 1, 4), f24_bits(s0 + 3, 1, 4));
     q[0] = _mm512_ternarylogic_epi32(z, m, h0, F24_AND_OR);
     q[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 4), m, h1, F24_AND_OR);
   }
@@ -298,23 +311,21 @@ struct Fixed24<Q6_KBlock> {  // [ql 128][qh 64][scales 16 x int8][d]: w = d sc_g
   static constexpr const int32_t (*IDX)[16] = F24_Q6_IDX;
   static void scales(const uint8_t* const* p, __m512* v, __m512* m) { g16_scales_x4<Q6_KBlock>(p, v, m); }
   static void quants(const uint8_t* p, int j, __m512i* q) {
-    const __m512i z = _mm512_loadu_si512(p + 64 * j), m = f24_bytes(0x0f), two = f24_bytes(0x30);
+    const __m512i z = _mm512_loadu_si512(p + 64 * j), m = f24_bytes(0x0f);
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * j)));
     // values 128j + l (+ 32): qh bits 0-1 (2-3) to bits 4-5; + 64 (+ 96): bits 4-5 (6-7)
-    const __m512i h0 = _mm512_and_si512(_mm512_rolv_epi64(h, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2)), two);
-    const __m512i h1 = _mm512_and_si512(_mm512_rolv_epi64(h, _mm512_setr_epi64(0, 0, 0, 0, 62, 62, 62, 62)), two);
+    const __m512i h0 = f24_take(h, f24_bits(0, 2, 4), f24_bits(2, 2, 4));
+    const __m512i h1 = f24_take(h, f24_bits(4, 2, 4), f24_bits(6, 2, 4));
     q[0] = _mm512_ternarylogic_epi32(z, m, h0, F24_AND_OR);
     q[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 4), m, h1, F24_AND_OR);
   }
 };
 
-// Q2_K / Q3_K: the 2-bit parts of values 128j .. 128j + 127, as two registers of bits 0-1 (and junk above: the
-// caller masks) — chunk 2j's halves shifted by 0 / 2, chunk 2j + 1's by 4 / 6 (the 32 bytes of qs in both halves)
+// Q2_K / Q3_K: the 2-bit parts of values 128j .. 128j + 127 as two registers of bytes 0..3: chunk 2j's halves take
+// bits 0-1 / 2-3 of the 32 bytes of qs (in both halves), chunk 2j + 1's bits 4-5 / 6-7
 inline void k23_low_bits(const uint8_t* qs, __m512i* z) {
   const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)));
-  z[0] = _mm512_srlv_epi16(b, _mm512_setr_epi64(0, 0, 0, 0, 0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
-                                                0x0002000200020002));
-  z[1] = _mm512_srli_epi16(z[0], 4);
+  z[0] = f24_take(b, f24_bits(0, 2), f24_bits(2, 2)), z[1] = f24_take(b, f24_bits(4, 2), f24_bits(6, 2));
 }
 
 template <>
@@ -322,11 +333,7 @@ struct Fixed24<Q2_KBlock> {  // [scales 16][qs 64][d][dmin]: w = d sc_g q - dmin
   static constexpr bool PAIR = false;
   static constexpr const int32_t (*IDX)[16] = F24_Q6_IDX;
   static void scales(const uint8_t* const* p, __m512* v, __m512* m) { g16_scales_x4<Q2_KBlock>(p, v, m); }
-  static void quants(const uint8_t* p, int j, __m512i* q) {
-    __m512i z[2];
-    k23_low_bits(p + 16 + 32 * j, z);
-    q[0] = _mm512_and_si512(z[0], f24_bytes(3)), q[1] = _mm512_and_si512(z[1], f24_bytes(3));
-  }
+  static void quants(const uint8_t* p, int j, __m512i* q) { k23_low_bits(p + 16 + 32 * j, q); }
 };
 
 template <>
@@ -349,14 +356,11 @@ struct Fixed24<Q3_KBlock> {  // [hmask 32][qs 64][scales 12][d]: w = d (sc_g - 3
   static void quants(const uint8_t* p, int j, __m512i* q) {
     __m512i z[2];
     k23_low_bits(p + 32 + 32 * j, z);
-    // value 128j + 32g + l: bit 4j + g of hmask[l] to bit 2 (rotate each qword by 2 - bit: it stays in its byte)
+    // value 128j + 32g + l: bit 4j + g of hmask[l] to bit 2
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    const int64_t b = 4 * j, r0 = (66 - b) % 64, r1 = (65 - b) % 64, r2 = (64 - b) % 64, r3 = (63 - b + 64) % 64;
-    const __m512i four = f24_bytes(4);
-    const __m512i h0 = _mm512_and_si512(_mm512_rolv_epi64(h, _mm512_setr_epi64(r0, r0, r0, r0, r1, r1, r1, r1)), four);
-    const __m512i h1 = _mm512_and_si512(_mm512_rolv_epi64(h, _mm512_setr_epi64(r2, r2, r2, r2, r3, r3, r3, r3)), four);
-    q[0] = _mm512_ternarylogic_epi32(z[0], f24_bytes(3), h0, F24_AND_OR);
-    q[1] = _mm512_ternarylogic_epi32(z[1], f24_bytes(3), h1, F24_AND_OR);
+    const int b = 4 * j;
+    q[0] = _mm512_or_si512(z[0], f24_take(h, f24_bits(b, 1, 2), f24_bits(b + 1, 1, 2)));
+    q[1] = _mm512_or_si512(z[1], f24_take(h, f24_bits(b + 2, 1, 2), f24_bits(b + 3, 1, 2)));
   }
 };
 

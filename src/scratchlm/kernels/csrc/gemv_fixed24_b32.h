@@ -225,7 +225,7 @@ inline void q5_high_masks(__m512i qh, __mmask64& lo, __mmask64& hi) {
   hi = _mm512_bitshuffle_epi64_mask(qh, _mm512_add_epi8(sel, _mm512_set1_epi8(16)));
 }
 
-// kvalues + 128 as unsigned bytes, in each 128-bit lane (vpshufb's table)
+// kvalues + 128 as unsigned bytes, in each 128-bit lane (vpermb's table: index bits 4-5 pick a copy)
 inline __m512i iq4_table() {
   const __m128i kv = _mm_load_si128(reinterpret_cast<const __m128i*>(KVALUES_IQ4NL));
   return _mm512_broadcast_i32x4(_mm_xor_si128(kv, _mm_set1_epi8(static_cast<char>(0x80))));
@@ -329,13 +329,15 @@ inline void fixed24_b32_tile(const Fixed24X32& xf, const uint8_t* w, float* y, i
         if constexpr (F::M) m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
         if constexpr (F::QH >= 0) q5_high_masks(_mm512_permutex2var_epi8(lo, qh_idx, hi), ml, mh);
       }
-      __m512i ql = _mm512_and_si512(qs, nib), qh = _mm512_and_si512(_mm512_srli_epi16(qs, 4), nib);
-      if constexpr (F::QH >= 0)
-        ql = _mm512_mask_add_epi8(ql, ml, ql, sixteen), qh = _mm512_mask_add_epi8(qh, mh, qh, sixteen);
       __m512 lanes;
       if constexpr (F::KV) {
-        lanes = b32_kv_lanes<PLANES>(_mm512_shuffle_epi8(table, ql), _mm512_shuffle_epi8(table, qh), a, st + Fixed24X32::P_AT);
+        // vpermb reads 6 index bits and the table repeats every 16 bytes: the nibbles need no masks
+        lanes = b32_kv_lanes<PLANES>(_mm512_permutexvar_epi8(qs, table), _mm512_permutexvar_epi8(_mm512_srli_epi16(qs, 4), table),
+                                     a, st + Fixed24X32::P_AT);
       } else {
+        __m512i ql = _mm512_and_si512(qs, nib), qh = f24_take(qs, f24_bits(4, 4), f24_bits(4, 4));
+        if constexpr (F::QH >= 0)
+          ql = _mm512_mask_add_epi8(ql, ml, ql, sixteen), qh = _mm512_mask_add_epi8(qh, mh, qh, sixteen);
         lanes = b32_lanes<PLANES>(ql, qh, a, c, F::C != 0);
       }
       tot[r] = _mm512_fmadd_ps(lanes, _mm512_mul_ps(d, s), tot[r]);

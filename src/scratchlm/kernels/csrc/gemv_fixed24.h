@@ -190,10 +190,19 @@ constexpr uint64_t f24_bits(int from, int n, int to = 0) {
   for (int i = 0; i < n; ++i) a |= static_cast<uint64_t>(1u << (from + i)) << (8 * (7 - to - i));
   return a;
 }
-// each byte of z mapped by lo_half's matrix in the register's low 32 bytes, by hi_half's in the high 32
-inline __m512i f24_take(__m512i z, uint64_t lo_half, uint64_t hi_half) {
-  return _mm512_gf2p8affine_epi64_epi8(z, _mm512_setr_epi64(lo_half, lo_half, lo_half, lo_half, hi_half, hi_half, hi_half,
-                                                             hi_half), 0);
+// Each byte's bits from .. from + n - 1 moved to to .. to + n - 1, the rest cleared, with from = from_lo in the
+// register's low 32 bytes and from_hi in the high 32 (to + n <= 8, from + n <= 8). With GFNI one affine map; without
+// (e.g. Cascade Lake) a rotate of each 64-bit lane by (to - from) mod 64 and a mask: a rotation moves bit 8k + from + i
+// to 8k + to + i, inside its own byte, so the masked field is exactly the source field
+inline __m512i f24_take(__m512i z, int from_lo, int from_hi, int n, int to = 0) {
+#if defined(__GFNI__)
+  const uint64_t lo = f24_bits(from_lo, n, to), hi = f24_bits(from_hi, n, to);
+  return _mm512_gf2p8affine_epi64_epi8(z, _mm512_setr_epi64(lo, lo, lo, lo, hi, hi, hi, hi), 0);
+#else
+  const int64_t rl = (64 + to - from_lo) % 64, rh = (64 + to - from_hi) % 64;
+  return _mm512_and_si512(_mm512_rolv_epi64(z, _mm512_setr_epi64(rl, rl, rl, rl, rh, rh, rh, rh)),
+                          _mm512_set1_epi8(static_cast<char>(((1 << n) - 1) << to)));
+#endif
 }
 
 // the 4-value dot products of a chunk's quants q with X: exact int32 lanes (see the header)
@@ -254,7 +263,7 @@ struct Fixed24<Q4_KBlock> {  // [d][dmin][scales 12][qs 128]
   }
   static void quants(const uint8_t* p, int j, __m512i* q) {
     const __m512i z = _mm512_loadu_si512(p + 16 + 64 * j);
-    q[0] = _mm512_and_si512(z, f24_bytes(0x0f)), q[1] = f24_take(z, f24_bits(4, 4), f24_bits(4, 4));
+    q[0] = _mm512_and_si512(z, f24_bytes(0x0f)), q[1] = f24_take(z, 4, 4, 4);
   }
 };
 
@@ -271,8 +280,8 @@ struct Fixed24<Q5_KBlock> {  // [d][dmin][scales 12][qh 32][qs 128]: as Q4_K, q 
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
     // bit s of qh[l] to bit 4, s the sub-block (4j, 4j + 2 | 4j + 1, 4j + 3)
     const int s0 = 4 * j;
-    const __m512i h0 = f24_take(h, f24_bits(s0, 1, 4), f24_bits(s0 + 2, 1, 4));
-    const __m512i h1 = f24_take(h, f24_bits(s0 + 1, 1, 4), f24_bits(s0 + 3, 1, 4));
+    const __m512i h0 = f24_take(h, s0, s0 + 2, 1, 4);
+    const __m512i h1 = f24_take(h, s0 + 1, s0 + 3, 1, 4);
     q[0] = _mm512_ternarylogic_epi32(z, m, h0, F24_AND_OR);
     q[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 4), m, h1, F24_AND_OR);
   }
@@ -314,8 +323,8 @@ struct Fixed24<Q6_KBlock> {  // [ql 128][qh 64][scales 16 x int8][d]: w = d sc_g
     const __m512i z = _mm512_loadu_si512(p + 64 * j), m = f24_bytes(0x0f);
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * j)));
     // values 128j + l (+ 32): qh bits 0-1 (2-3) to bits 4-5; + 64 (+ 96): bits 4-5 (6-7)
-    const __m512i h0 = f24_take(h, f24_bits(0, 2, 4), f24_bits(2, 2, 4));
-    const __m512i h1 = f24_take(h, f24_bits(4, 2, 4), f24_bits(6, 2, 4));
+    const __m512i h0 = f24_take(h, 0, 2, 2, 4);
+    const __m512i h1 = f24_take(h, 4, 6, 2, 4);
     q[0] = _mm512_ternarylogic_epi32(z, m, h0, F24_AND_OR);
     q[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 4), m, h1, F24_AND_OR);
   }
@@ -325,7 +334,7 @@ struct Fixed24<Q6_KBlock> {  // [ql 128][qh 64][scales 16 x int8][d]: w = d sc_g
 // bits 0-1 / 2-3 of the 32 bytes of qs (in both halves), chunk 2j + 1's bits 4-5 / 6-7
 inline void k23_low_bits(const uint8_t* qs, __m512i* z) {
   const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs)));
-  z[0] = f24_take(b, f24_bits(0, 2), f24_bits(2, 2)), z[1] = f24_take(b, f24_bits(4, 2), f24_bits(6, 2));
+  z[0] = f24_take(b, 0, 2, 2), z[1] = f24_take(b, 4, 6, 2);
 }
 
 template <>
@@ -359,8 +368,8 @@ struct Fixed24<Q3_KBlock> {  // [hmask 32][qs 64][scales 12][d]: w = d (sc_g - 3
     // value 128j + 32g + l: bit 4j + g of hmask[l] to bit 2
     const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     const int b = 4 * j;
-    q[0] = _mm512_or_si512(z[0], f24_take(h, f24_bits(b, 1, 2), f24_bits(b + 1, 1, 2)));
-    q[1] = _mm512_or_si512(z[1], f24_take(h, f24_bits(b + 2, 1, 2), f24_bits(b + 3, 1, 2)));
+    q[0] = _mm512_or_si512(z[0], f24_take(h, b, b + 1, 1, 2));
+    q[1] = _mm512_or_si512(z[1], f24_take(h, b + 2, b + 3, 1, 2));
   }
 };
 

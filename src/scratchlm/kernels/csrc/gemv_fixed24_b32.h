@@ -335,7 +335,7 @@ inline void fixed24_b32_tile(const Fixed24X32& xf, const uint8_t* w, float* y, i
         lanes = b32_kv_lanes<PLANES>(_mm512_permutexvar_epi8(qs, table), _mm512_permutexvar_epi8(_mm512_srli_epi16(qs, 4), table),
                                      a, st + Fixed24X32::P_AT);
       } else {
-        __m512i ql = _mm512_and_si512(qs, nib), qh = f24_take(qs, f24_bits(4, 4), f24_bits(4, 4));
+        __m512i ql = _mm512_and_si512(qs, nib), qh = f24_take(qs, 4, 4, 4);
         if constexpr (F::QH >= 0)
           ql = _mm512_mask_add_epi8(ql, ml, ql, sixteen), qh = _mm512_mask_add_epi8(qh, mh, qh, sixteen);
         lanes = b32_lanes<PLANES>(ql, qh, a, c, F::C != 0);

@@ -5,11 +5,15 @@ F.linear on the dequantized fp32 matrix). The kernels take contiguous fp32 x and
 Every ggml block type quant/dequantize.py reads has an exact kernel (fp32 x times the block widened
 exactly, kernels/csrc/blocks.h) and an 8-bit-activation ("A8 row") kernel on the blocks in place (x rounded
 per block of the type first, integer dot products: kernels/csrc/gemv_a8_blocks.h); Q8_0 and Q4_1 also have
-the repacked 16-row-interleaved A8 kernels (gemv_a8.h).
+the repacked 16-row-interleaved A8 kernels (gemv_a8.h). One batch row of a Q4_K matrix reads a copy of its blocks
+repacked 16 rows at a time where asked for (SCRATCHLM_REPACK=1) and the build has gemv_fixed24.h (`repacked`,
+gemv_q4k_r16.h).
 """
 
 from __future__ import annotations
 
+import os
+import weakref
 from types import ModuleType
 
 import torch
@@ -26,6 +30,10 @@ A8_TYPES = ("Q8_0", "Q4_1")  # the block types with 8-bit-activation kernels
 DENSE_K_MULTIPLE = 16  # F32 / F16 / BF16 rows are read 16 values at a time
 A8_ROW = 32  # matrix_ref.h: a block type's code + A8_ROW = its A8 row form
 DENSE_TYPES = ("F32", "F16", "BF16")
+
+
+REPACK_ENV = "SCRATCHLM_REPACK"  # 1 / true / on / yes: repacked Q4_K copies for one batch row (off by default)
+_REPACKED: dict[tuple[int, int, int], torch.Tensor] = {}  # (data_ptr, N, K) of a matrix's blocks -> its copy
 
 
 def native_kernels() -> ModuleType | None:
@@ -71,6 +79,35 @@ def dequantize(mod: ModuleType, blocks: GGMLBlocks, out: torch.Tensor | None = N
     return mod.dequantize(blocks.data, n, k, FORMAT_CODES[blocks.ggml_type], out)
 
 
+def repack_enabled() -> bool:
+    """True when the environment asks for the repacked Q4_K copies (SCRATCHLM_REPACK=1). Off by default: in cache
+    the copy's kernel runs ~1.5x gemv_fixed24.h's, but from memory on the 2-core VM this project is measured on it
+    did not beat it (benchmarks/RESULTS.md), and it costs ~0.7x a Q4_K_M file's bytes more memory."""
+    return os.environ.get(REPACK_ENV, "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def can_repack(mod: ModuleType | None, blocks: GGMLBlocks) -> bool:
+    """True when one batch row of this matrix would read a repacked copy: Q4_K, whole 16-row groups, a build with
+    gemv_fixed24.h (AVX512-VNNI), copies asked for (SCRATCHLM_REPACK=1)."""
+    n, k = blocks.shape
+    return (mod is not None and blocks.ggml_type == "Q4_K" and n % 16 == 0 and k % 256 == 0 and repack_enabled()
+            and bool(mod.has_fixed24()))
+
+
+def repacked(mod: ModuleType, blocks: GGMLBlocks) -> torch.Tensor | None:
+    """The copy of a Q4_K matrix that one batch row reads (16 rows interleaved, gemv_q4k_r16.h), made once per
+    matrix and shared by every `Linear` over it (the C++ step's and the packed layers'); None where `can_repack`
+    is false. The file's blocks stay the weights for prompts and every other route."""
+    if not can_repack(mod, blocks):
+        return None
+    n, k = blocks.shape
+    key = (blocks.data.data_ptr(), n, k)
+    if key not in _REPACKED:
+        _REPACKED[key] = mod.repack_q4k(blocks.data, n, k)
+        weakref.finalize(blocks.data, _REPACKED.pop, key, None)  # dropped with the matrix it was made from
+    return _REPACKED[key]
+
+
 def block_linear(mod: ModuleType, parts: tuple[GGMLBlocks, ...] | list[GGMLBlocks],
                  in_scale: torch.Tensor | None = None, out_scale: torch.Tensor | None = None,
                  bias: torch.Tensor | None = None, a8: bool = False) -> object:
@@ -82,8 +119,9 @@ def block_linear(mod: ModuleType, parts: tuple[GGMLBlocks, ...] | list[GGMLBlock
     k = parts[0].shape[1]
     if any(p.shape[1] != k for p in parts):
         raise ValueError(f"stacked parts need one row length, got {[p.shape for p in parts]}")
+    r16 = [None if a8 else repacked(mod, p) for p in parts]
     return mod.Linear([code(p.ggml_type, a8) for p in parts], [p.data for p in parts],
-                      [p.shape[0] for p in parts], k, in_scale, out_scale, bias)
+                      [p.shape[0] for p in parts], k, in_scale, out_scale, bias, r16)
 
 
 def a8_linear(mod: ModuleType, blocks: GGMLBlocks, in_scale: torch.Tensor | None = None,

@@ -3,8 +3,8 @@
 // F32 / BF16 / F16 and every ggml block type: fp32 x against exactly the dequantized W (gemv.h; one batch row
 // of Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K on AVX2, Q5_K / Q6_K on AVX-512: gemv_centered.h, the same function
 // by sub-block sums; one batch row of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K with AVX512-VNNI: gemv_fixed24.h, x as 24-bit
-// fixed point; Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS with VBMI and BITALG too: gemv_fixed24_b32.h, the same
-// rounding).
+// fixed point, Q4_K from its copy repacked 16 rows at a time where one was made (r16: gemv_q4k_r16.h); Q4_0 / Q4_1 /
+// Q5_0 / Q5_1 / IQ4_NL / IQ4_XS with VBMI and BITALG too: gemv_fixed24_b32.h, the same rounding).
 // Q8_0_A8 / Q4_1_A8: x quantized to 8 bits per 32-block first, integer dot products (gemv_a8.h); `data`
 // then points at the repacked weights and `aux` at their fp16 scales.
 // A8_ROW + a block format: x quantized to 8 bits per block of that type, integer dot products on the ggml
@@ -23,6 +23,7 @@
 #include "gemv_centered.h"
 #include "gemv_fixed24.h"
 #include "gemv_fixed24_b32.h"
+#include "gemv_q4k_r16.h"
 #include "gemv_a8.h"
 #include "gemv_a8_blocks.h"
 #include "parallel.h"
@@ -118,6 +119,7 @@ struct MatrixRef {
   const float* bias;
   const uint16_t* aux = nullptr;  // A8 formats: the fp16 scales
   int64_t ld = 0;                 // row stride of y and residual (0: N); a part of a taller matrix has more
+  const uint8_t* r16 = nullptr;   // Q4_K: the blocks repacked 16 rows at a time (gemv_q4k_r16.h), for one batch row
 
   int64_t ldy() const { return ld ? ld : N; }
 
@@ -242,6 +244,11 @@ struct MatrixRef {
       visit_blocks(format, [&](auto blk) {
         if constexpr (has_fixed24_b32<decltype(blk)>()) fixed24_b32_rows<decltype(blk)>(*one_row32, bytes, y, n0, n1);
       });
+      finish_row(y, 0, n0, n1, residual);
+      return;
+    }
+    if (B == 1 && r16 != nullptr && one_row == fixed && fixed->K == K) {  // the repacked copy of a Q4_K matrix
+      r16_rows(*fixed, r16, y, n0, n1);
       finish_row(y, 0, n0, n1, residual);
       return;
     }

@@ -356,6 +356,16 @@ bool set_fixed24(bool on) { return scratchlm::fixed24_enabled.exchange(on); }
 // the old value.
 bool set_strassen(bool on) { return scratchlm::strassen_enabled.exchange(on); }
 
+// Q4_K blocks (N rows of K values, N a multiple of 16) -> a copy repacked 16 rows at a time (gemv_q4k_r16.h).
+torch::Tensor repack_q4k(const torch::Tensor& w, int64_t N, int64_t K) {
+  TORCH_CHECK(scratchlm::can_repack_q4k(N, K), "repack_q4k: needs gemv_fixed24.h (AVX512-VNNI), N a multiple of 16 "
+              "and K of 256, got (", N, ", ", K, ")");
+  const MatrixRef m = matrix(w, N, K, scratchlm::Q4_K);
+  auto out = torch::empty({scratchlm::r16_bytes(N, K)}, torch::kUInt8);
+  scratchlm::repack_q4k_r16(static_cast<const uint8_t*>(m.data), N, K, out.data_ptr<uint8_t>());
+  return out;
+}
+
 bool has_fixed24() {
 #if defined(SCRATCHLM_FIXED24)
   return true;
@@ -389,6 +399,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_fixed24", &set_fixed24, "one batch row of the K-quants Q2_K-Q6_K (and Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS with "
         "VBMI and BITALG) with x as 24-bit fixed point and integer dot products (gemv_fixed24.h, gemv_fixed24_b32.h: "
         "the default where built) or the fp32 kernels; returns the old value");
+  m.def("repack_q4k", &repack_q4k, nogil(), "Q4_K bytes (N rows, N % 16 == 0, of K values) -> the copy one batch row "
+        "reads, 16 rows interleaved (gemv_q4k_r16.h)");
   m.def("has_fixed24", &has_fixed24, "built with gemv_fixed24.h (AVX512-VNNI)");
   m.def("has_fixed24_b32", &has_fixed24_b32, "built with gemv_fixed24_b32.h (AVX512-VNNI, VBMI and BITALG)");
   m.def("set_centered", &set_centered, "one batch row of the block types by sub-block sums (gemv_centered.h, "
@@ -399,7 +411,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quantize_act_blocks", &quantize_act_blocks, nogil(), "x (B, K) fp32, qk -> (q int8, d fp32 per qk values): A8 row rounding");
   pybind11::class_<scratchlm::Linear>(m, "Linear")
       .def(pybind11::init<std::vector<int>, std::vector<torch::Tensor>, std::vector<int64_t>, int64_t,
-                          std::optional<torch::Tensor>, std::optional<torch::Tensor>, std::optional<torch::Tensor>>())
+                          std::optional<torch::Tensor>, std::optional<torch::Tensor>, std::optional<torch::Tensor>,
+                          std::vector<std::optional<torch::Tensor>>>(),
+           pybind11::arg("formats"), pybind11::arg("ws"), pybind11::arg("rows"), pybind11::arg("K"),
+           pybind11::arg("in_scale"), pybind11::arg("out_scale"), pybind11::arg("bias"),
+           pybind11::arg("r16") = std::vector<std::optional<torch::Tensor>>{})
       .def("forward", &scratchlm::Linear::forward, nogil(), "x (B, K) fp32 -> (B, N) fp32");
   m.def("causal_softmax_bf16", &causal_softmax_bf16, nogil(), "scores (..., T, T) fp32, scale -> causal softmax, bf16");
   m.def("causal_softmax_grad_bf16", &causal_softmax_grad_bf16, nogil(),

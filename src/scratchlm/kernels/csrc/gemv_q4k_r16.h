@@ -1,0 +1,154 @@
+// One batch row of a Q4_K matrix from a copy of its blocks repacked 16 rows at a time, lanes = rows (AVX512-VNNI):
+// x as gemv_fixed24.h's 24-bit fixed point, its digits broadcast, every product and 16-value sum exact in integers.
+//
+// gemv_fixed24.h reads the file's blocks in place: a register holds 64 values of one row, so each 64 weights
+// also cost a permute of the scales, a conversion and an FMA, and two shifts join the three digit planes (~9
+// vector ops per 64 weights). Here a register holds 4 values of each of 16 rows (int32 lane r = row r), so x's 4
+// digits of those values are one broadcast operand of vpdpbusd, the three planes accumulate apart for 16 values
+// of x and are joined once (two shifts, two adds), and the scales are a vector per 32 values (~5.5 ops per 64):
+//   P_r = sum over 16 values v of q_rv X_v = 65536 sum q a2 + 256 sum q a1 + sum q a0   (exact in int32:
+//         16 * 15 * (2^23 - 2^16) < 2^31; the planes' sums are taken mod 2^32 and the total fits)
+//   y_r = sum over sub-blocks s ( d_r sc_rs 2^-k_s * sum of its two P_r  -  dmin_r m_rs * sum_s x~ )
+// the same terms as gemv_fixed24.h's (x~ = X 2^-k; d sc and dmin m exact in fp32), summed in another order.
+// In cache one Zen 4 core runs 23-26 GB/s of Q4_K against gemv_fixed24.h's 17 (benchmarks/RESULTS.md).
+//
+// The copy (R16Block per 16 rows and super-block, 2368 bytes for 16 x 144: +2.8%) is made once per matrix
+// (repack_q4k_r16) and read only by one batch row; prompts and the other routes read the file's blocks.
+//   d[16], dmin[16]     fp16, row r's
+//   sc[8][16], m[8][16] the 6-bit scale and min of sub-block s of row r, one byte each
+//   qs[32][64]          values 8t .. 8t + 7: byte 4r + i holds value 8t + i of row r (low nibble), 8t + 4 + i (high)
+// Groups are laid out group by group, each group's super-blocks in order: one stream per group.
+
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "gemv_fixed24.h"
+
+namespace scratchlm {
+
+struct R16Block {
+  uint16_t d[16], dmin[16];
+  uint8_t sc[8][16], m[8][16];
+  uint8_t qs[32][64];
+};
+static_assert(sizeof(R16Block) == 2368, "R16Block is 16 rows x one Q4_K super-block");
+
+// Whether a Q4_K part of `rows` rows can be repacked (whole groups of 16 rows; a build with gemv_fixed24.h).
+inline bool can_repack_q4k(int64_t rows, int64_t K) {
+  return has_fixed24<Q4_KBlock>() && rows > 0 && rows % 16 == 0 && K % 256 == 0;
+}
+
+inline int64_t r16_bytes(int64_t rows, int64_t K) { return rows / 16 * (K / 256) * static_cast<int64_t>(sizeof(R16Block)); }
+
+// The 6-bit scale and min of sub-block j (ggml's get_scale_min_k4) from a block's 12 scale bytes.
+inline void k4_scale_min(const uint8_t* q, int j, uint8_t& sc, uint8_t& m) {
+  if (j < 4) {
+    sc = q[j] & 63, m = q[j + 4] & 63;
+  } else {
+    sc = static_cast<uint8_t>((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+    m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// w: rows x K values in Q4_K blocks (rows a multiple of 16) -> out: r16_bytes(rows, K) bytes (layout above).
+inline void repack_q4k_r16(const uint8_t* w, int64_t rows, int64_t K, uint8_t* out) {
+  const int64_t nsb = K / 256, row_bytes = nsb * Q4_KBlock::BYTES;
+  at::parallel_for(0, rows / 16, 1, [&](int64_t g0, int64_t g1) {
+    uint8_t q[256];
+    for (int64_t g = g0; g < g1; ++g)
+      for (int64_t i = 0; i < nsb; ++i) {
+        auto* o = reinterpret_cast<R16Block*>(out) + g * nsb + i;
+        for (int r = 0; r < 16; ++r) {
+          const uint8_t* b = w + (16 * g + r) * row_bytes + i * Q4_KBlock::BYTES;  // [d][dmin][scales 12][qs 128]
+          std::memcpy(&o->d[r], b, 2), std::memcpy(&o->dmin[r], b + 2, 2);
+          for (int s = 0; s < 8; ++s) k4_scale_min(b + 4, s, o->sc[s][r], o->m[s][r]);
+          for (int j = 0; j < 4; ++j)  // qs[32 j + l]: value 64 j + l (low nibble), 64 j + 32 + l (high)
+            for (int l = 0; l < 32; ++l) {
+              const uint8_t v = b[16 + 32 * j + l];
+              q[64 * j + l] = v & 0x0f, q[64 * j + 32 + l] = v >> 4;
+            }
+          for (int t = 0; t < 32; ++t)
+            for (int k = 0; k < 4; ++k) o->qs[t][4 * r + k] = static_cast<uint8_t>(q[8 * t + k] | (q[8 * t + 4 + k] << 4));
+        }
+      }
+  });
+}
+
+#if defined(SCRATCHLM_FIXED24)
+// 4 bytes at p in every int32 lane
+inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Rows 16 gs[j] .. 16 gs[j] + 15 for j < G, G groups at once (G streams from memory: one alone ran ~20% under
+// gemv_fixed24.h's four rows on one core from DRAM), into out[j][16].
+template <int G>
+inline void r16_groups(const Fixed24X& xf, const R16Block* w, int64_t nsb, const int64_t* gs, float (*out)[16]) {
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  __m512 tot[G][2], off[G];
+  for (int j = 0; j < G; ++j) tot[j][0] = tot[j][1] = off[j] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nsb; ++i) {
+    const int8_t* xi = xf.index + i * 4 * 192;  // the super-block's 4 chunks of 64 values: planes a2, a1, a0
+#pragma GCC unroll 1
+    for (int j = 0; j < G; ++j) {  // not unrolled, nor the sub-blocks: the copies' registers spilled (-35% in cache)
+      const R16Block& b = w[gs[j] * nsb + i];
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.d)));
+      const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.dmin)));
+#pragma GCC unroll 1
+      for (int s = 0; s < 8; ++s) {
+        const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s]))));
+        const __m512 m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.m[s]))));
+        const __m512 scale = _mm512_mul_ps(_mm512_mul_ps(sc, d), _mm512_set1_ps(xf.k4s[16 * i + s]));  // exact
+        off[j] = _mm512_fnmadd_ps(_mm512_mul_ps(m, dmin), _mm512_set1_ps(xf.k4o[16 * i + 8 + s]), off[j]);
+        const int8_t* xs = xi + (s / 2) * 192 + (s % 2) * 32;  // values 32 s .. 32 s + 31 in chunk s / 2
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {  // values 32 s + 16 h .. + 15
+          __m512i a2 = _mm512_setzero_si512(), a1 = a2, a0 = a2;
+#pragma GCC unroll 2
+          for (int u = 0; u < 2; ++u) {
+            const int t = 4 * s + 2 * h + u;  // values 8 t .. 8 t + 7: x's quads 2 t, 2 t + 1
+            const int8_t* x = xs + 16 * h + 8 * u;
+            _mm_prefetch(reinterpret_cast<const char*>(b.qs[t]) + 48 * 64, _MM_HINT_T0);  // 3 KB down the stream
+            const __m512i z = _mm512_loadu_si512(b.qs[t]);
+            const __m512i lo = _mm512_and_si512(z, nib), hi = f24_take(z, 4, 4, 4);
+            a2 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a2, lo, bcast4(x)), hi, bcast4(x + 4));
+            a1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a1, lo, bcast4(x + 64)), hi, bcast4(x + 68));
+            a0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a0, lo, bcast4(x + 128)), hi, bcast4(x + 132));
+          }
+          const __m512i p = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(a2, 16), _mm512_slli_epi32(a1, 8)), a0);
+          tot[j][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, tot[j][h]);
+        }
+      }
+    }
+  }
+  for (int j = 0; j < G; ++j) _mm512_storeu_ps(out[j], _mm512_add_ps(_mm512_add_ps(tot[j][0], tot[j][1]), off[j]));
+}
+
+// y[n0 .. n1) of one batch row from the repacked copy w (groups cut by [n0, n1) are computed whole, stored in part).
+inline void r16_rows(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
+  const int64_t nsb = xf.K / 256, g1 = (n1 + 15) / 16;
+  const auto* blocks = reinterpret_cast<const R16Block*>(w);
+  alignas(64) float out[2][16];
+  for (int64_t g = n0 / 16; g < g1; g += 2) {
+    const int64_t gs[2] = {g, g + 1};
+    const int G = g + 1 < g1 ? 2 : 1;
+    G == 2 ? r16_groups<2>(xf, blocks, nsb, gs, out) : r16_groups<1>(xf, blocks, nsb, gs, out);
+    for (int j = 0; j < G; ++j)
+      for (int r = 0; r < 16; ++r) {
+        const int64_t n = 16 * (g + j) + r;
+        if (n >= n0 && n < n1) y[n] = out[j][r];
+      }
+  }
+}
+#else
+inline void r16_rows(const Fixed24X&, const uint8_t*, float*, int64_t, int64_t) {}
+#endif
+
+}  // namespace scratchlm

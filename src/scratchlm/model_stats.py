@@ -56,6 +56,19 @@ def weight_memory(model: nn.Module) -> dict[str, int]:
     return {"blocks": sum(blocks.values()), "dense": dense}
 
 
+def repacked_memory(model: nn.Module) -> int:
+    """Bytes of the repacked copies one-row decode makes of the model's Q4_K block matrices (kernels/ops.py's
+    `repacked`: 16 rows interleaved, beside the mapped file; 0 without the kernels or with SCRATCHLM_REPACK=0)."""
+    from scratchlm.kernels.ops import native_kernels, repacked_bytes
+
+    mod, seen, total = native_kernels(), set(), 0
+    for m in model.modules():
+        if isinstance(m, BlockLinear) and m.data.data_ptr() not in seen:
+            seen.add(m.data.data_ptr())
+            total += repacked_bytes(mod, m.blocks)
+    return total
+
+
 def model_stats(model: nn.Module, config: ModelConfig, seq_len: int | None = None) -> ModelStats:
     """Parameter breakdown and FLOPs per token at context length seq_len (default max_seq_len)."""
     t = seq_len or config.max_seq_len

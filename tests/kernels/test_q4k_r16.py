@@ -6,7 +6,8 @@ dequantized matrix (quant/dequantize.py) with x rounded as test_fixed24.py's tor
   several threads' chunks and parts of a stacked matrix (Q4_K beside Q6_K, a Q4_K part of 13 rows: no copy);
 - the copy is taken (the result differs from the in-place kernel's, another summation order) and is shared;
 - prompts (several batch rows) still read the file's blocks: the same values as without a copy;
-- copies are made only when asked for (SCRATCHLM_REPACK=1, set here); a copy of the wrong size is refused.
+- copies are made by default where the kernel is built and not with SCRATCHLM_REPACK=0; a copy of the wrong
+  size is refused.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import torch
 
 from scratchlm.kernels import ops
 from scratchlm.kernels.build import native
+from scratchlm.model_stats import repacked_memory
+from scratchlm.nn.block_linear import BlockLinear
 from scratchlm.quant.blocks import GGMLBlocks
 from scratchlm.quant.dequantize import dequantize_blocks
 from tests.kernels.test_block_types import llama_cpp_blocks, random_blocks, tol
@@ -31,9 +34,19 @@ def kernels(monkeypatch):
     return mod
 
 
-def test_no_copy_unless_asked(monkeypatch) -> None:
+def test_copy_by_default_and_switched_off(monkeypatch) -> None:
+    blocks = llama_cpp_blocks("Q4_K", 16, 256, seed=0)
     monkeypatch.delenv(ops.REPACK_ENV, raising=False)
-    assert ops.repacked(native(), llama_cpp_blocks("Q4_K", 16, 256, seed=0)) is None
+    mod = native()
+    made = ops.repacked(mod, blocks) is not None
+    assert made == (mod is not None and bool(mod.has_fixed24()))  # on by default where the kernel is built
+    assert ops.repacked_bytes(mod, blocks) == (2368 if made else 0)  # 16 rows x one super-block: 16 x 148 bytes
+    layers = torch.nn.ModuleList([BlockLinear(llama_cpp_blocks("Q4_K", 32, 512, seed=2)),
+                                  BlockLinear(llama_cpp_blocks("Q6_K", 32, 512, seed=2))])
+    assert repacked_memory(layers) == (4 * 2368 if made else 0)  # the Q4_K matrix: 2 groups x 2 super-blocks
+    monkeypatch.setenv(ops.REPACK_ENV, "0")
+    assert ops.repacked(mod, llama_cpp_blocks("Q4_K", 16, 256, seed=1)) is None
+    assert ops.repacked_bytes(mod, blocks) == 0 and repacked_memory(layers) == 0
 
 
 def check_one_row(lin, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -6,8 +6,7 @@ Every ggml block type quant/dequantize.py reads has an exact kernel (fp32 x time
 exactly, kernels/csrc/blocks.h) and an 8-bit-activation ("A8 row") kernel on the blocks in place (x rounded
 per block of the type first, integer dot products: kernels/csrc/gemv_a8_blocks.h); Q8_0 and Q4_1 also have
 the repacked 16-row-interleaved A8 kernels (gemv_a8.h). One batch row of a Q4_K matrix reads a copy of its blocks
-repacked 16 rows at a time where asked for (SCRATCHLM_REPACK=1) and the build has gemv_fixed24.h (`repacked`,
-gemv_q4k_r16.h).
+repacked 16 rows at a time where the build has gemv_fixed24.h (`repacked`, gemv_q4k_r16.h; SCRATCHLM_REPACK=0: none).
 """
 
 from __future__ import annotations
@@ -32,7 +31,8 @@ A8_ROW = 32  # matrix_ref.h: a block type's code + A8_ROW = its A8 row form
 DENSE_TYPES = ("F32", "F16", "BF16")
 
 
-REPACK_ENV = "SCRATCHLM_REPACK"  # 1 / true / on / yes: repacked Q4_K copies for one batch row (off by default)
+REPACK_ENV = "SCRATCHLM_REPACK"  # 0 / false / off / no: no repacked Q4_K copies (memory the file's size, slower b1)
+R16_BYTES = (2368, 16 * 144)  # gemv_q4k_r16.h: a 16-row group's super-block against its 16 Q4_K blocks
 _REPACKED: dict[tuple[int, int, int], torch.Tensor] = {}  # (data_ptr, N, K) of a matrix's blocks -> its copy
 
 
@@ -80,18 +80,23 @@ def dequantize(mod: ModuleType, blocks: GGMLBlocks, out: torch.Tensor | None = N
 
 
 def repack_enabled() -> bool:
-    """True when the environment asks for the repacked Q4_K copies (SCRATCHLM_REPACK=1). Off by default: in cache
-    the copy's kernel runs ~1.5x gemv_fixed24.h's, but from memory on the 2-core VM this project is measured on it
-    did not beat it (benchmarks/RESULTS.md), and it costs ~0.7x a Q4_K_M file's bytes more memory."""
-    return os.environ.get(REPACK_ENV, "0").strip().lower() in ("1", "true", "on", "yes")
+    """False when the environment turns the repacked Q4_K copies off (SCRATCHLM_REPACK=0): one-row decode then
+    reads the file's blocks in place (gemv_fixed24.h, ~0.85x the copy's speed on the 1B file) and the process holds
+    the file's size, not ~1.7x a Q4_K_M file's (benchmarks/RESULTS.md)."""
+    return os.environ.get(REPACK_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def can_repack(mod: ModuleType | None, blocks: GGMLBlocks) -> bool:
     """True when one batch row of this matrix would read a repacked copy: Q4_K, whole 16-row groups, a build with
-    gemv_fixed24.h (AVX512-VNNI), copies asked for (SCRATCHLM_REPACK=1)."""
+    gemv_fixed24.h (AVX512-VNNI), copies not turned off (SCRATCHLM_REPACK=0)."""
     n, k = blocks.shape
     return (mod is not None and blocks.ggml_type == "Q4_K" and n % 16 == 0 and k % 256 == 0 and repack_enabled()
             and bool(mod.has_fixed24()))
+
+
+def repacked_bytes(mod: ModuleType | None, blocks: GGMLBlocks) -> int:
+    """Bytes of the copy `repacked` makes of this matrix (0 where it makes none): its blocks' bytes x 2368 / 2304."""
+    return blocks.data.numel() * R16_BYTES[0] // R16_BYTES[1] if can_repack(mod, blocks) else 0
 
 
 def repacked(mod: ModuleType, blocks: GGMLBlocks) -> torch.Tensor | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from scratchlm.generate.decode_step import resolve_decode
 from scratchlm.model import TransformerLM
-from scratchlm.model_stats import count_parameters, weight_memory
+from scratchlm.model_stats import count_parameters, repacked_memory, weight_memory
 
 
 @dataclass
@@ -35,8 +35,11 @@ class LoadedModel:
         memory = weight_memory(self.model)
         dtype = str(self.model.dtype).removeprefix("torch.")
         if memory["blocks"]:
+            mode = resolve_decode(self.model, "auto")
+            copy = repacked_memory(self.model) if mode == "fast-gguf" else 0
             dtype = (f"on the file's own blocks ({memory['blocks'] / 1e6:.1f} MB mapped + {memory['dense'] / 1e6:.1f} "
-                     f"MB {dtype}; decode {resolve_decode(self.model, 'auto')})")
+                     f"MB {dtype}{f' + {copy / 1e6:.1f} MB of Q4_K repacked for one-row decode' if copy else ''}; "
+                     f"decode {mode})")
         else:
             dtype = f"{dtype} ({memory['dense'] / 1e6:.1f} MB)"
         stored = ", ".join(f"{n} {t}" for t, n in sorted(self.weight_types.items(), key=lambda kv: -kv[1]))

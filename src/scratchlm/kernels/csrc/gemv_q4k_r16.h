@@ -62,7 +62,6 @@ inline void k4_scale_min(const uint8_t* q, int j, uint8_t& sc, uint8_t& m) {
 inline void repack_q4k_r16(const uint8_t* w, int64_t rows, int64_t K, uint8_t* out) {
   const int64_t nsb = K / 256, row_bytes = nsb * Q4_KBlock::BYTES;
   at::parallel_for(0, rows / 16, 1, [&](int64_t g0, int64_t g1) {
-    uint8_t q[256];
     for (int64_t g = g0; g < g1; ++g)
       for (int64_t i = 0; i < nsb; ++i) {
         auto* o = reinterpret_cast<R16Block*>(out) + g * nsb + i;
@@ -70,13 +69,15 @@ inline void repack_q4k_r16(const uint8_t* w, int64_t rows, int64_t K, uint8_t* o
           const uint8_t* b = w + (16 * g + r) * row_bytes + i * Q4_KBlock::BYTES;  // [d][dmin][scales 12][qs 128]
           std::memcpy(&o->d[r], b, 2), std::memcpy(&o->dmin[r], b + 2, 2);
           for (int s = 0; s < 8; ++s) k4_scale_min(b + 4, s, o->sc[s][r], o->m[s][r]);
-          for (int j = 0; j < 4; ++j)  // qs[32 j + l]: value 64 j + l (low nibble), 64 j + 32 + l (high)
-            for (int l = 0; l < 32; ++l) {
-              const uint8_t v = b[16 + 32 * j + l];
-              q[64 * j + l] = v & 0x0f, q[64 * j + 32 + l] = v >> 4;
-            }
-          for (int t = 0; t < 32; ++t)
-            for (int k = 0; k < 4; ++k) o->qs[t][4 * r + k] = static_cast<uint8_t>(q[8 * t + k] | (q[8 * t + 4 + k] << 4));
+          // qs[32 j + l] holds value 64 j + l (low nibble) and 64 j + 32 + l (high): values 8 t .. 8 t + 7 are
+          // nibbles (t % 8 >= 4: high) of the 8 bytes at 32 (t / 8) + 8 (t % 4)
+          for (int t = 0; t < 32; ++t) {
+            uint64_t u;
+            std::memcpy(&u, b + 16 + 32 * (t / 8) + 8 * (t % 4), 8);
+            u = (t % 8 >= 4 ? u >> 4 : u) & 0x0f0f0f0f0f0f0f0full;
+            const auto v = static_cast<uint32_t>((u & 0xffffffffull) | ((u >> 32) << 4));  // 8 t + k | 8 t + 4 + k
+            std::memcpy(&o->qs[t][4 * r], &v, 4);
+          }
         }
       }
   });
@@ -90,64 +91,54 @@ inline __m512i bcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Rows 16 gs[j] .. 16 gs[j] + 15 for j < G, G groups at once (G streams from memory: one alone ran ~20% under
-// gemv_fixed24.h's four rows on one core from DRAM), into out[j][16].
-template <int G>
-inline void r16_groups(const Fixed24X& xf, const R16Block* w, int64_t nsb, const int64_t* gs, float (*out)[16]) {
+// Rows 16 g .. 16 g + 15 into out. The group's bytes are one stream, and the next group's follow: the prefetch 3 KB
+// ahead runs on into them (two groups at once, two streams with a cold start each, ran 0.95-0.98x gemv_fixed24.h in
+// the 1B decode where this runs 1.09-1.22x; 6 and 10 KB ahead 1.00-1.20x).
+inline void r16_group(const Fixed24X& xf, const R16Block* w, int64_t nsb, int64_t g, float* out) {
   const __m512i nib = _mm512_set1_epi8(0x0f);
-  __m512 tot[G][2], off[G];
-  for (int j = 0; j < G; ++j) tot[j][0] = tot[j][1] = off[j] = _mm512_setzero_ps();
+  __m512 tot[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, off = _mm512_setzero_ps();
   for (int64_t i = 0; i < nsb; ++i) {
     const int8_t* xi = xf.index + i * 4 * 192;  // the super-block's 4 chunks of 64 values: planes a2, a1, a0
+    const R16Block& b = w[g * nsb + i];
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.d)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.dmin)));
 #pragma GCC unroll 1
-    for (int j = 0; j < G; ++j) {  // not unrolled, nor the sub-blocks: the copies' registers spilled (-35% in cache)
-      const R16Block& b = w[gs[j] * nsb + i];
-      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.d)));
-      const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.dmin)));
-#pragma GCC unroll 1
-      for (int s = 0; s < 8; ++s) {
-        const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s]))));
-        const __m512 m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.m[s]))));
-        const __m512 scale = _mm512_mul_ps(_mm512_mul_ps(sc, d), _mm512_set1_ps(xf.k4s[16 * i + s]));  // exact
-        off[j] = _mm512_fnmadd_ps(_mm512_mul_ps(m, dmin), _mm512_set1_ps(xf.k4o[16 * i + 8 + s]), off[j]);
-        const int8_t* xs = xi + (s / 2) * 192 + (s % 2) * 32;  // values 32 s .. 32 s + 31 in chunk s / 2
+    for (int s = 0; s < 8; ++s) {  // not unrolled: the copies' registers spilled (-35% in cache)
+      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s]))));
+      const __m512 m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.m[s]))));
+      const __m512 scale = _mm512_mul_ps(_mm512_mul_ps(sc, d), _mm512_set1_ps(xf.k4s[16 * i + s]));  // exact
+      off = _mm512_fnmadd_ps(_mm512_mul_ps(m, dmin), _mm512_set1_ps(xf.k4o[16 * i + 8 + s]), off);
+      const int8_t* xs = xi + (s / 2) * 192 + (s % 2) * 32;  // values 32 s .. 32 s + 31 in chunk s / 2
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {  // values 32 s + 16 h .. + 15
-          __m512i a2 = _mm512_setzero_si512(), a1 = a2, a0 = a2;
+      for (int h = 0; h < 2; ++h) {  // values 32 s + 16 h .. + 15
+        __m512i a2 = _mm512_setzero_si512(), a1 = a2, a0 = a2;
 #pragma GCC unroll 2
-          for (int u = 0; u < 2; ++u) {
-            const int t = 4 * s + 2 * h + u;  // values 8 t .. 8 t + 7: x's quads 2 t, 2 t + 1
-            const int8_t* x = xs + 16 * h + 8 * u;
-            _mm_prefetch(reinterpret_cast<const char*>(b.qs[t]) + 48 * 64, _MM_HINT_T0);  // 3 KB down the stream
-            const __m512i z = _mm512_loadu_si512(b.qs[t]);
-            const __m512i lo = _mm512_and_si512(z, nib), hi = f24_take(z, 4, 4, 4);
-            a2 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a2, lo, bcast4(x)), hi, bcast4(x + 4));
-            a1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a1, lo, bcast4(x + 64)), hi, bcast4(x + 68));
-            a0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a0, lo, bcast4(x + 128)), hi, bcast4(x + 132));
-          }
-          const __m512i p = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(a2, 16), _mm512_slli_epi32(a1, 8)), a0);
-          tot[j][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, tot[j][h]);
+        for (int u = 0; u < 2; ++u) {
+          const int t = 4 * s + 2 * h + u;  // values 8 t .. 8 t + 7: x's quads 2 t, 2 t + 1
+          const int8_t* x = xs + 16 * h + 8 * u;
+          _mm_prefetch(reinterpret_cast<const char*>(b.qs[t]) + 48 * 64, _MM_HINT_T0);
+          const __m512i z = _mm512_loadu_si512(b.qs[t]);
+          const __m512i lo = _mm512_and_si512(z, nib), hi = f24_take(z, 4, 4, 4);
+          a2 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a2, lo, bcast4(x)), hi, bcast4(x + 4));
+          a1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a1, lo, bcast4(x + 64)), hi, bcast4(x + 68));
+          a0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a0, lo, bcast4(x + 128)), hi, bcast4(x + 132));
         }
+        const __m512i p = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(a2, 16), _mm512_slli_epi32(a1, 8)), a0);
+        tot[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, tot[h]);
       }
     }
   }
-  for (int j = 0; j < G; ++j) _mm512_storeu_ps(out[j], _mm512_add_ps(_mm512_add_ps(tot[j][0], tot[j][1]), off[j]));
+  _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(tot[0], tot[1]), off));
 }
 
 // y[n0 .. n1) of one batch row from the repacked copy w (groups cut by [n0, n1) are computed whole, stored in part).
 inline void r16_rows(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
-  const int64_t nsb = xf.K / 256, g1 = (n1 + 15) / 16;
+  const int64_t nsb = xf.K / 256;
   const auto* blocks = reinterpret_cast<const R16Block*>(w);
-  alignas(64) float out[2][16];
-  for (int64_t g = n0 / 16; g < g1; g += 2) {
-    const int64_t gs[2] = {g, g + 1};
-    const int G = g + 1 < g1 ? 2 : 1;
-    G == 2 ? r16_groups<2>(xf, blocks, nsb, gs, out) : r16_groups<1>(xf, blocks, nsb, gs, out);
-    for (int j = 0; j < G; ++j)
-      for (int r = 0; r < 16; ++r) {
-        const int64_t n = 16 * (g + j) + r;
-        if (n >= n0 && n < n1) y[n] = out[j][r];
-      }
+  alignas(64) float out[16];
+  for (int64_t g = n0 / 16; g < (n1 + 15) / 16; ++g) {
+    r16_group(xf, blocks, nsb, g, out);
+    for (int r = std::max<int64_t>(0, n0 - 16 * g); r < 16 && 16 * g + r < n1; ++r) y[16 * g + r] = out[r];
   }
 }
 #else

@@ -10,9 +10,9 @@
 //         16 * 15 * (2^23 - 2^16) < 2^31; the planes' sums are taken mod 2^32 and the total fits)
 //   y_r = sum over sub-blocks s ( d_r sc_rs 2^-k_s * sum of its two P_r  -  dmin_r m_rs * sum_s x~ )
 // the same terms as gemv_fixed24.h's (x~ = X 2^-k; d sc and dmin m exact in fp32), summed in another order.
-// In cache one Zen 4 core runs 25-26 GB/s of Q4_K against gemv_fixed24.h's 17; from memory on the 2-core VM the
-// 1B Q4_K_M decode did not gain (its K 2048 matrices are 19 KB per group: short streams), so the copy is opt-in
-// (SCRATCHLM_REPACK=1, kernels/ops.py's `repacked`; benchmarks/RESULTS.md, sixteenth session).
+// In cache one Zen 4 core runs 25-26 GB/s of Q4_K against gemv_fixed24.h's 17; the 1B Q4_K_M decode on two
+// threads 1.03-1.21x (benchmarks/RESULTS.md, sixteenth session). Made by default where built (kernels/ops.py's
+// `repacked`; SCRATCHLM_REPACK=0: none).
 //
 // The copy (R16Block per 16 rows and super-block, 2368 bytes for 16 x 144: +2.8%) is made once per matrix
 // (repack_q4k_r16) and read only by one batch row; prompts and the other routes read the file's blocks, so the

@@ -87,11 +87,11 @@ def repack_enabled() -> bool:
 
 
 def can_repack(mod: ModuleType | None, blocks: GGMLBlocks) -> bool:
-    """True when one batch row of this matrix would read a repacked copy: Q4_K, whole 16-row groups, a build with
-    gemv_fixed24.h (AVX512-VNNI), copies not turned off (SCRATCHLM_REPACK=0)."""
+    """True when one batch row of this matrix would read a repacked copy: Q4_K on the CPU, whole 16-row groups, a
+    build with gemv_fixed24.h (AVX512-VNNI), copies not turned off (SCRATCHLM_REPACK=0)."""
     n, k = blocks.shape
-    return (mod is not None and blocks.ggml_type == "Q4_K" and n % 16 == 0 and k % 256 == 0 and repack_enabled()
-            and bool(mod.has_fixed24()))
+    return (mod is not None and blocks.ggml_type == "Q4_K" and n % 16 == 0 and k % 256 == 0
+            and blocks.data.device.type == "cpu" and repack_enabled() and bool(mod.has_fixed24()))
 
 
 def repacked_bytes(mod: ModuleType | None, blocks: GGMLBlocks) -> int:

@@ -5,8 +5,9 @@ F.linear on the dequantized fp32 matrix). The kernels take contiguous fp32 x and
 Every ggml block type quant/dequantize.py reads has an exact kernel (fp32 x times the block widened
 exactly, kernels/csrc/blocks.h) and an 8-bit-activation ("A8 row") kernel on the blocks in place (x rounded
 per block of the type first, integer dot products: kernels/csrc/gemv_a8_blocks.h); Q8_0 and Q4_1 also have
-the repacked 16-row-interleaved A8 kernels (gemv_a8.h). One batch row of a Q4_K matrix reads a copy of its blocks
-repacked 16 rows at a time where the build has gemv_fixed24.h (`repacked`, gemv_q4k_r16.h; SCRATCHLM_REPACK=0: none).
+the repacked 16-row-interleaved A8 kernels (gemv_a8.h). One batch row of a Q4_K or Q4_0 matrix reads a copy of its
+blocks repacked 16 rows at a time where the build has gemv_fixed24.h (`repacked`, gemv_r16.h; SCRATCHLM_REPACK=0:
+none).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ A8_ROW = 32  # matrix_ref.h: a block type's code + A8_ROW = its A8 row form
 DENSE_TYPES = ("F32", "F16", "BF16")
 
 
-REPACK_ENV = "SCRATCHLM_REPACK"  # 0 / false / off / no: no repacked Q4_K copies (memory the file's size, slower b1)
-R16_BYTES = (2368, 16 * 144)  # gemv_q4k_r16.h: a 16-row group's super-block against its 16 Q4_K blocks
+REPACK_ENV = "SCRATCHLM_REPACK"  # 0 / false / off / no: no repacked copies (memory the file's size, slower b1)
+R16_RATIO = {"Q4_K": (2368, 16 * 144), "Q4_0": (1, 1)}  # gemv_r16.h: copy bytes per block bytes
 _REPACKED: dict[tuple[int, int, int], torch.Tensor] = {}  # (data_ptr, N, K) of a matrix's blocks -> its copy
 
 
@@ -80,27 +81,32 @@ def dequantize(mod: ModuleType, blocks: GGMLBlocks, out: torch.Tensor | None = N
 
 
 def repack_enabled() -> bool:
-    """False when the environment turns the repacked Q4_K copies off (SCRATCHLM_REPACK=0): one-row decode then
-    reads the file's blocks in place (gemv_fixed24.h, ~0.85x the copy's speed on the 1B file) and the process holds
-    the file's size, not ~1.7x a Q4_K_M file's (benchmarks/RESULTS.md)."""
+    """False when the environment turns the repacked Q4_K / Q4_0 copies off (SCRATCHLM_REPACK=0): one-row decode
+    then reads the file's blocks in place (gemv_fixed24*.h, ~0.85x the copy's speed on the 1B Q4_K_M file) and the
+    process holds the file's size, not ~1.7x a Q4_K_M file's (benchmarks/RESULTS.md)."""
     return os.environ.get(REPACK_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def can_repack(mod: ModuleType | None, blocks: GGMLBlocks) -> bool:
-    """True when one batch row of this matrix would read a repacked copy: Q4_K on the CPU, whole 16-row groups, a
-    build with gemv_fixed24.h (AVX512-VNNI), copies not turned off (SCRATCHLM_REPACK=0)."""
+    """True when one batch row of this matrix would read a repacked copy: Q4_K or Q4_0 on the CPU, whole 16-row
+    groups, K a multiple of 256, a build with gemv_fixed24.h (AVX512-VNNI), copies not turned off
+    (SCRATCHLM_REPACK=0)."""
     n, k = blocks.shape
-    return (mod is not None and blocks.ggml_type == "Q4_K" and n % 16 == 0 and k % 256 == 0
+    return (mod is not None and blocks.ggml_type in R16_RATIO and n % 16 == 0 and k % 256 == 0
             and blocks.data.device.type == "cpu" and repack_enabled() and bool(mod.has_fixed24()))
 
 
 def repacked_bytes(mod: ModuleType | None, blocks: GGMLBlocks) -> int:
-    """Bytes of the copy `repacked` makes of this matrix (0 where it makes none): its blocks' bytes x 2368 / 2304."""
-    return blocks.data.numel() * R16_BYTES[0] // R16_BYTES[1] if can_repack(mod, blocks) else 0
+    """Bytes of the copy `repacked` makes of this matrix (0 where it makes none): Q4_K its blocks' bytes x 2368 /
+    2304, Q4_0 as many."""
+    if not can_repack(mod, blocks):
+        return 0
+    num, den = R16_RATIO[blocks.ggml_type]
+    return blocks.data.numel() * num // den
 
 
 def repacked(mod: ModuleType, blocks: GGMLBlocks) -> torch.Tensor | None:
-    """The copy of a Q4_K matrix that one batch row reads (16 rows interleaved, gemv_q4k_r16.h), made once per
+    """The copy of a Q4_K / Q4_0 matrix that one batch row reads (16 rows interleaved, gemv_r16.h), made once per
     matrix and shared by every `Linear` over it (the C++ step's and the packed layers'); None where `can_repack`
     is false. The file's blocks stay the weights for prompts and every other route."""
     if not can_repack(mod, blocks):
@@ -108,7 +114,7 @@ def repacked(mod: ModuleType, blocks: GGMLBlocks) -> torch.Tensor | None:
     n, k = blocks.shape
     key = (blocks.data.data_ptr(), n, k)
     if key not in _REPACKED:
-        _REPACKED[key] = mod.repack_q4k(blocks.data, n, k)
+        _REPACKED[key] = mod.repack_r16(blocks.data, n, k, FORMAT_CODES[blocks.ggml_type])
         weakref.finalize(blocks.data, _REPACKED.pop, key, None)  # dropped with the matrix it was made from
     return _REPACKED[key]
 

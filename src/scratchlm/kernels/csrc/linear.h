@@ -22,14 +22,14 @@ inline const float* opt_ptr(const torch::Tensor& t) { return t.defined() ? t.dat
 
 struct Linear {
   std::vector<torch::Tensor> ws, scales;               // each part's weights (and A8 scales), kept alive here
-  std::vector<torch::Tensor> repacked;                 // the parts' repacked copies (gemv_q4k_r16.h)
+  std::vector<torch::Tensor> repacked;                 // the parts' repacked copies (gemv_r16.h)
   torch::Tensor in_scale, out_scale, bias;             // undefined when absent
   std::vector<MatrixRef> parts;                        // rows [start_i, start_i + N_i) of W
   std::vector<int64_t> starts;
   int64_t N = 0, K = 0;
 
   // formats[i], ws[i] (N_i rows): the parts top to bottom; K the common row length. r16[i], where given and
-  // defined: part i's Q4_K blocks repacked by repack_q4k_r16 (one batch row reads it; shared between Linears).
+  // defined: part i's Q4_K / Q4_0 blocks repacked by repack_r16 (one batch row reads it; shared between Linears).
   Linear(std::vector<int> formats, std::vector<torch::Tensor> ws_, std::vector<int64_t> rows, int64_t K_,
          std::optional<torch::Tensor> in, std::optional<torch::Tensor> out, std::optional<torch::Tensor> b,
          std::vector<std::optional<torch::Tensor>> r16 = {})
@@ -48,13 +48,14 @@ struct Linear {
     }
   }
 
-  // The last part's repacked copy (gemv_q4k_r16.h), checked against the part's shape, kept alive here.
+  // The last part's repacked copy (gemv_r16.h), checked against the part's shape, kept alive here.
   void add_r16(const torch::Tensor& t) {
     MatrixRef& p = parts.back();
-    TORCH_CHECK(p.format == Q4_K && can_repack_q4k(p.N, K), "a repacked copy is for a Q4_K part of whole 16-row groups "
-                "in a build with gemv_fixed24.h (format ", p.format, ", ", p.N, " rows)");
-    TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == torch::kUInt8 && t.is_contiguous() &&
-                t.numel() == r16_bytes(p.N, K), "the repacked copy must be ", r16_bytes(p.N, K), " contiguous uint8 bytes");
+    TORCH_CHECK(can_repack(p.format, p.N, K), "a repacked copy is for a Q4_K / Q4_0 part of whole 16-row groups, K a "
+                "multiple of 256, in a build with gemv_fixed24.h (format ", p.format, ", ", p.N, " x ", K, ")");
+    const int64_t bytes = r16_bytes(p.format, p.N, K);
+    TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == torch::kUInt8 && t.is_contiguous() && t.numel() == bytes,
+                "the repacked copy must be ", bytes, " contiguous uint8 bytes");
     p.r16 = t.data_ptr<uint8_t>();
     repacked.push_back(t);
   }

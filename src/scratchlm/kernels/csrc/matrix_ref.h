@@ -3,8 +3,8 @@
 // F32 / BF16 / F16 and every ggml block type: fp32 x against exactly the dequantized W (gemv.h; one batch row
 // of Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K on AVX2, Q5_K / Q6_K on AVX-512: gemv_centered.h, the same function
 // by sub-block sums; one batch row of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K with AVX512-VNNI: gemv_fixed24.h, x as 24-bit
-// fixed point, Q4_K from its copy repacked 16 rows at a time where one was made (r16: gemv_q4k_r16.h); Q4_0 / Q4_1 /
-// Q5_0 / Q5_1 / IQ4_NL / IQ4_XS with VBMI and BITALG too: gemv_fixed24_b32.h, the same rounding).
+// fixed point; Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS with VBMI and BITALG too: gemv_fixed24_b32.h, the same
+// rounding; Q4_K and Q4_0 from a copy repacked 16 rows at a time where one was made (r16: gemv_r16.h), the same x).
 // Q8_0_A8 / Q4_1_A8: x quantized to 8 bits per 32-block first, integer dot products (gemv_a8.h); `data`
 // then points at the repacked weights and `aux` at their fp16 scales.
 // A8_ROW + a block format: x quantized to 8 bits per block of that type, integer dot products on the ggml
@@ -23,7 +23,7 @@
 #include "gemv_centered.h"
 #include "gemv_fixed24.h"
 #include "gemv_fixed24_b32.h"
-#include "gemv_q4k_r16.h"
+#include "gemv_r16.h"
 #include "gemv_a8.h"
 #include "gemv_a8_blocks.h"
 #include "parallel.h"
@@ -119,7 +119,7 @@ struct MatrixRef {
   const float* bias;
   const uint16_t* aux = nullptr;  // A8 formats: the fp16 scales
   int64_t ld = 0;                 // row stride of y and residual (0: N); a part of a taller matrix has more
-  const uint8_t* r16 = nullptr;   // Q4_K: the blocks repacked 16 rows at a time (gemv_q4k_r16.h), for one batch row
+  const uint8_t* r16 = nullptr;   // Q4_K / Q4_0: the blocks repacked 16 rows at a time (gemv_r16.h), for one row
 
   int64_t ldy() const { return ld ? ld : N; }
 
@@ -164,6 +164,11 @@ struct MatrixRef {
                          [](auto blk) { return has_centered<decltype(blk)>(); });
   }
 
+  // True when one batch row reads the repacked copy (gemv_r16.h; x prepared once per call as Fixed24X).
+  bool r16_route(int64_t B) const {
+    return B == 1 && r16 != nullptr && fixed24_enabled.load(std::memory_order_relaxed);
+  }
+
   // True when one batch row goes through gemv_fixed24.h (x prepared once per call as Fixed24X).
   bool fixed24(int64_t B) const {
     return one_row_route(B, is_plain_blocks(format), fixed24_enabled,
@@ -199,7 +204,9 @@ struct MatrixRef {
   // x's forms this matrix reads at B rows into px (those not there yet).
   void prepare(const float* x, int64_t B, PreparedX& px) const {
     if (gemm(B) && px.packed.B == 0) px.packed.pack(x, B, K);
-    if (fixed24_b32(B)) {
+    if (r16_route(B)) {
+      if (px.fixed.K == 0) px.fixed.prepare(x, K);
+    } else if (fixed24_b32(B)) {
       if (px.fixed32.K == 0) px.fixed32.prepare(x, K);
     } else if (fixed24(B)) {
       if (px.fixed.K == 0) px.fixed.prepare(x, K);
@@ -239,16 +246,16 @@ struct MatrixRef {
     const auto* bytes = static_cast<const uint8_t*>(data);
     const Fixed24X* one_row = fixed24(B) ? fixed : (fixed8(B) ? &px.fixed8 : nullptr);
     auto fin = [&](int64_t b, int64_t lo, int64_t hi) { finish_row(y, b, lo, hi, residual); };  // the GEMMs' rows
+    if (r16_route(B) && fixed->K == K) {  // the repacked copy, x prepared by the caller
+      r16_rows(format, *fixed, r16, y, n0, n1);
+      finish_row(y, 0, n0, n1, residual);
+      return;
+    }
     const Fixed24X32* one_row32 = fixed24_b32(B) ? &px.fixed32 : (fixed8_b32(B) ? &px.fixed8_b32(format) : nullptr);
     if (B == 1 && one_row32 != nullptr && one_row32->K == K) {  // prepared by the caller: the switch may move
       visit_blocks(format, [&](auto blk) {
         if constexpr (has_fixed24_b32<decltype(blk)>()) fixed24_b32_rows<decltype(blk)>(*one_row32, bytes, y, n0, n1);
       });
-      finish_row(y, 0, n0, n1, residual);
-      return;
-    }
-    if (B == 1 && r16 != nullptr && one_row == fixed && fixed->K == K) {  // the repacked copy of a Q4_K matrix
-      r16_rows(*fixed, r16, y, n0, n1);
       finish_row(y, 0, n0, n1, residual);
       return;
     }

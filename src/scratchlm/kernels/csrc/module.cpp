@@ -356,13 +356,14 @@ bool set_fixed24(bool on) { return scratchlm::fixed24_enabled.exchange(on); }
 // the old value.
 bool set_strassen(bool on) { return scratchlm::strassen_enabled.exchange(on); }
 
-// Q4_K blocks (N rows of K values, N a multiple of 16) -> a copy repacked 16 rows at a time (gemv_q4k_r16.h).
-torch::Tensor repack_q4k(const torch::Tensor& w, int64_t N, int64_t K) {
-  TORCH_CHECK(scratchlm::can_repack_q4k(N, K), "repack_q4k: needs gemv_fixed24.h (AVX512-VNNI), N a multiple of 16 "
-              "and K of 256, got (", N, ", ", K, ")");
-  const MatrixRef m = matrix(w, N, K, scratchlm::Q4_K);
-  auto out = torch::empty({scratchlm::r16_bytes(N, K)}, torch::kUInt8);
-  scratchlm::repack_q4k_r16(static_cast<const uint8_t*>(m.data), N, K, out.data_ptr<uint8_t>());
+// Q4_K / Q4_0 blocks (N rows of K values, N a multiple of 16, K of 256) -> a copy repacked 16 rows at a time
+// (gemv_r16.h).
+torch::Tensor repack_r16(const torch::Tensor& w, int64_t N, int64_t K, int64_t format) {
+  TORCH_CHECK(scratchlm::can_repack(static_cast<int>(format), N, K), "repack_r16: needs gemv_fixed24.h (AVX512-VNNI), "
+              "a Q4_K / Q4_0 format, N a multiple of 16 and K of 256, got format ", format, " (", N, ", ", K, ")");
+  const MatrixRef m = matrix(w, N, K, static_cast<int>(format));
+  auto out = torch::empty({scratchlm::r16_bytes(static_cast<int>(format), N, K)}, torch::kUInt8);
+  scratchlm::repack_r16(static_cast<int>(format), static_cast<const uint8_t*>(m.data), N, K, out.data_ptr<uint8_t>());
   return out;
 }
 
@@ -399,8 +400,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_fixed24", &set_fixed24, "one batch row of the K-quants Q2_K-Q6_K (and Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS with "
         "VBMI and BITALG) with x as 24-bit fixed point and integer dot products (gemv_fixed24.h, gemv_fixed24_b32.h: "
         "the default where built) or the fp32 kernels; returns the old value");
-  m.def("repack_q4k", &repack_q4k, nogil(), "Q4_K bytes (N rows, N % 16 == 0, of K values) -> the copy one batch row "
-        "reads, 16 rows interleaved (gemv_q4k_r16.h)");
+  m.def("repack_r16", &repack_r16, nogil(), "Q4_K / Q4_0 bytes (N rows, N % 16 == 0, of K values, K % 256 == 0), "
+        "format -> the copy one batch row reads, 16 rows interleaved (gemv_r16.h)");
   m.def("has_fixed24", &has_fixed24, "built with gemv_fixed24.h (AVX512-VNNI)");
   m.def("has_fixed24_b32", &has_fixed24_b32, "built with gemv_fixed24_b32.h (AVX512-VNNI, VBMI and BITALG)");
   m.def("set_centered", &set_centered, "one batch row of the block types by sub-block sums (gemv_centered.h, "

@@ -24,7 +24,7 @@ namespace scratchlm {
 constexpr int64_t MIN_SPLIT_BYTES = 64 * 1024;    // below this much weight a matrix runs on one thread
 constexpr int64_t CHUNK_BYTES = 32 * 1024;        // at least this much weight per chunk (one atomic each)
 constexpr int64_t MAX_CHUNKS = 64;                // and at most this many chunks per call
-// rows per chunk a multiple of the kernels' row tiles (4, 8; 6, 12 in block_gemm.h; 16 groups in gemv_q4k_r16.h)
+// rows per chunk a multiple of the kernels' row tiles (4, 8; 6, 12 in block_gemm.h; 16 groups in gemv_r16.h)
 constexpr int64_t ROW_ALIGN = 48;
 
 // Rows per chunk for n rows of row_bytes bytes each (n: no split). Callers pass the work per row (a matrix row's

@@ -57,7 +57,7 @@ def weight_memory(model: nn.Module) -> dict[str, int]:
 
 
 def repacked_memory(model: nn.Module) -> int:
-    """Bytes of the repacked copies one-row decode makes of the model's Q4_K block matrices (kernels/ops.py's
+    """Bytes of the repacked copies one-row decode makes of the model's Q4_K / Q4_0 block matrices (kernels/ops.py's
     `repacked`: 16 rows interleaved, beside the mapped file; 0 without the kernels or with SCRATCHLM_REPACK=0)."""
     from scratchlm.kernels.ops import native_kernels, repacked_bytes
 

@@ -30,7 +30,7 @@ from tests.kernels.test_fixed24 import FIXED_MAX, activations, rounded
 def kernels(monkeypatch):
     mod = native()
     if mod is None or not mod.has_fixed24():
-        pytest.skip("gemv_q4k_r16.h needs the compiled kernels on an AVX512-VNNI CPU")
+        pytest.skip("gemv_r16.h needs the compiled kernels on an AVX512-VNNI CPU")
     monkeypatch.setenv(ops.REPACK_ENV, "1")
     return mod
 

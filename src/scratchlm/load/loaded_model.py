@@ -38,7 +38,7 @@ class LoadedModel:
             mode = resolve_decode(self.model, "auto")
             copy = repacked_memory(self.model) if mode == "fast-gguf" else 0
             dtype = (f"on the file's own blocks ({memory['blocks'] / 1e6:.1f} MB mapped + {memory['dense'] / 1e6:.1f} "
-                     f"MB {dtype}{f' + {copy / 1e6:.1f} MB of Q4_K repacked for one-row decode' if copy else ''}; "
+                     f"MB {dtype}{f' + {copy / 1e6:.1f} MB repacked for one-row decode' if copy else ''}; "
                      f"decode {mode})")
         else:
             dtype = f"{dtype} ({memory['dense'] / 1e6:.1f} MB)"

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from scratchlm.config import ModelConfig
+from scratchlm.kernels.ops import native_kernels, repacked_bytes
 from scratchlm.nn.block_embedding import BlockEmbedding
 from scratchlm.nn.block_linear import BlockLinear
 
@@ -59,8 +60,6 @@ def weight_memory(model: nn.Module) -> dict[str, int]:
 def repacked_memory(model: nn.Module) -> int:
     """Bytes of the repacked copies one-row decode makes of the model's Q4_K / Q4_0 block matrices (kernels/ops.py's
     `repacked`: 16 rows interleaved, beside the mapped file; 0 without the kernels or with SCRATCHLM_REPACK=0)."""
-    from scratchlm.kernels.ops import native_kernels, repacked_bytes
-
     mod, seen, total = native_kernels(), set(), 0
     for m in model.modules():
         if isinstance(m, BlockLinear) and m.data.data_ptr() not in seen:

@@ -33,7 +33,6 @@ DENSE_TYPES = ("F32", "F16", "BF16")
 
 
 REPACK_ENV = "SCRATCHLM_REPACK"  # 0 / false / off / no: no repacked copies (memory the file's size, slower b1)
-R16_RATIO = {"Q4_K": (2368, 16 * 144), "Q4_0": (1, 1)}  # gemv_r16.h: copy bytes per block bytes
 _REPACKED: dict[tuple[int, int, int], torch.Tensor] = {}  # (data_ptr, N, K) of a matrix's blocks -> its copy
 
 
@@ -87,29 +86,22 @@ def repack_enabled() -> bool:
     return os.environ.get(REPACK_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-def can_repack(mod: ModuleType | None, blocks: GGMLBlocks) -> bool:
-    """True when one batch row of this matrix would read a repacked copy: Q4_K or Q4_0 on the CPU, whole 16-row
-    groups, K a multiple of 256, a build with gemv_fixed24.h (AVX512-VNNI), copies not turned off
-    (SCRATCHLM_REPACK=0)."""
-    n, k = blocks.shape
-    return (mod is not None and blocks.ggml_type in R16_RATIO and n % 16 == 0 and k % 256 == 0
-            and blocks.data.device.type == "cpu" and repack_enabled() and bool(mod.has_fixed24()))
-
-
 def repacked_bytes(mod: ModuleType | None, blocks: GGMLBlocks) -> int:
-    """Bytes of the copy `repacked` makes of this matrix (0 where it makes none): Q4_K its blocks' bytes x 2368 /
-    2304, Q4_0 as many."""
-    if not can_repack(mod, blocks):
+    """Bytes of the copy `repacked` makes of this matrix, 0 where it makes none: it makes one of a Q4_K or Q4_0
+    matrix on the CPU of whole 16-row groups, K a multiple of 256, where the build has gemv_fixed24.h (AVX512-VNNI)
+    and copies are not turned off (SCRATCHLM_REPACK=0); Q4_K's copy is its blocks' bytes x 2368 / 2304, Q4_0's as
+    many (gemv_r16.h)."""
+    if mod is None or blocks.ggml_type not in FORMAT_CODES or blocks.data.device.type != "cpu" or not repack_enabled():
         return 0
-    num, den = R16_RATIO[blocks.ggml_type]
-    return blocks.data.numel() * num // den
+    n, k = blocks.shape
+    return int(mod.r16_copy_bytes(n, k, FORMAT_CODES[blocks.ggml_type]))
 
 
 def repacked(mod: ModuleType, blocks: GGMLBlocks) -> torch.Tensor | None:
     """The copy of a Q4_K / Q4_0 matrix that one batch row reads (16 rows interleaved, gemv_r16.h), made once per
-    matrix and shared by every `Linear` over it (the C++ step's and the packed layers'); None where `can_repack`
-    is false. The file's blocks stay the weights for prompts and every other route."""
-    if not can_repack(mod, blocks):
+    matrix and shared by every `Linear` over it (the C++ step's and the packed layers'); None where
+    `repacked_bytes` is 0. The file's blocks stay the weights for prompts and every other route."""
+    if repacked_bytes(mod, blocks) == 0:
         return None
     n, k = blocks.shape
     key = (blocks.data.data_ptr(), n, k)

@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "gemv_fixed24.h"
 
@@ -49,19 +50,18 @@ struct R16Q40 {
 };
 static_assert(sizeof(R16Q40) == 2304, "R16Q40 is 16 rows x 8 Q4_0 blocks");
 
-// The formats with a repacked copy (matrix_ref.h's Q4_K / Q4_0 codes).
-constexpr int R16_Q4_0 = 7, R16_Q4_K = 13;
-
-// Whether a part of `rows` rows in `format` can be repacked (whole groups of 16 rows, K a multiple of 256; a build
-// with gemv_fixed24.h).
-inline bool can_repack(int format, int64_t rows, int64_t K) {
-  return has_fixed24<Q4_KBlock>() && (format == R16_Q4_K || format == R16_Q4_0) && rows > 0 && rows % 16 == 0 &&
-         K % 256 == 0;
+// The block types with a repacked copy (where built with gemv_fixed24.h), and their layout per 16 rows x 256 values.
+template <typename Block>
+constexpr bool has_r16() {
+  return has_fixed24<Q4_KBlock>() && (std::is_same_v<Block, Q4_KBlock> || std::is_same_v<Block, Q4_0Block>);
 }
+template <typename Block>
+using R16Group = std::conditional_t<std::is_same_v<Block, Q4_KBlock>, R16Q4K, R16Q40>;
 
-inline int64_t r16_bytes(int format, int64_t rows, int64_t K) {
-  const int64_t group = format == R16_Q4_K ? static_cast<int64_t>(sizeof(R16Q4K)) : static_cast<int64_t>(sizeof(R16Q40));
-  return rows / 16 * (K / 256) * group;
+// Bytes of the copy of `rows` rows (a multiple of 16) of K values (a multiple of 256).
+template <typename Block>
+inline int64_t r16_bytes(int64_t rows, int64_t K) {
+  return rows / 16 * (K / 256) * static_cast<int64_t>(sizeof(R16Group<Block>));
 }
 
 // The 6-bit scale and min of sub-block j (ggml's get_scale_min_k4) from a block's 12 scale bytes.
@@ -83,16 +83,18 @@ inline uint32_t r16_quad_pair(const uint8_t* p, int shift) {
   return static_cast<uint32_t>((u & 0xffffffffull) | ((u >> 32) << 4));
 }
 
-// w: rows x K values in `format`'s blocks (can_repack) -> out: r16_bytes(format, rows, K) bytes (layout above).
-inline void repack_r16(int format, const uint8_t* w, int64_t rows, int64_t K, uint8_t* out) {
-  const bool k4 = format == R16_Q4_K;
-  const int64_t nsb = K / 256, row_bytes = k4 ? nsb * Q4_KBlock::BYTES : K / 32 * Q4_0Block::BYTES;
+// w: rows x K values in Block (has_r16; rows a multiple of 16, K of 256) -> out: r16_bytes<Block>(rows, K) bytes
+// (layout above).
+template <typename Block>
+inline void repack_r16(const uint8_t* w, int64_t rows, int64_t K, uint8_t* out) {
+  constexpr bool k4 = std::is_same_v<Block, Q4_KBlock>;
+  const int64_t nsb = K / 256, row_bytes = K / Block::QK * Block::BYTES;
   at::parallel_for(0, rows / 16, 1, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g)
       for (int64_t i = 0; i < nsb; ++i)
         for (int r = 0; r < 16; ++r) {
           const uint8_t* row = w + (16 * g + r) * row_bytes;
-          if (k4) {
+          if constexpr (k4) {
             auto* o = reinterpret_cast<R16Q4K*>(out) + g * nsb + i;
             const uint8_t* b = row + i * Q4_KBlock::BYTES;  // [d][dmin][scales 12][qs 128]
             std::memcpy(&o->d[r], b, 2), std::memcpy(&o->dmin[r], b + 2, 2);
@@ -129,23 +131,24 @@ inline __m512i bcast4(const int8_t* p) {
 // Rows 16 g .. 16 g + 15 into out. The group's bytes are one stream, and the next group's follow: the prefetch 3 KB
 // ahead runs on into them (two groups at once, two streams with a cold start each, ran 0.95-0.98x gemv_fixed24.h in
 // the 1B decode where this runs 1.09-1.22x; 6 and 10 KB ahead 1.00-1.20x).
-template <int FORMAT>
+template <typename Block>
 inline void r16_group(const Fixed24X& xf, const uint8_t* w, int64_t nsb, int64_t g, float* out) {
-  using Group = std::conditional_t<FORMAT == R16_Q4_K, R16Q4K, R16Q40>;
+  using Group = R16Group<Block>;
+  constexpr bool k4 = std::is_same_v<Block, Q4_KBlock>;
   const __m512i nib = _mm512_set1_epi8(0x0f);
   __m512 tot[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, off = _mm512_setzero_ps();
   for (int64_t i = 0; i < nsb; ++i) {
     const int8_t* xi = xf.index + i * 4 * 192;  // the super-block's 4 chunks of 64 values: planes a2, a1, a0
     const Group& b = reinterpret_cast<const Group*>(w)[g * nsb + i];
     __m512 d = _mm512_setzero_ps(), dmin = d;
-    if constexpr (FORMAT == R16_Q4_K) {
+    if constexpr (k4) {
       d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.d)));
       dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.dmin)));
     }
 #pragma GCC unroll 1
     for (int s = 0; s < 8; ++s) {  // not unrolled: the copies' registers spilled (-35% in cache)
       __m512 scale, sub;  // w = scale q - sub, per row
-      if constexpr (FORMAT == R16_Q4_K) {
+      if constexpr (k4) {
         const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s]))));
         const __m512 m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.m[s]))));
         scale = _mm512_mul_ps(sc, d), sub = _mm512_mul_ps(m, dmin);
@@ -179,16 +182,18 @@ inline void r16_group(const Fixed24X& xf, const uint8_t* w, int64_t nsb, int64_t
 }
 
 // y[n0 .. n1) of one batch row from the repacked copy w (groups cut by [n0, n1) are computed whole, stored in part).
-inline void r16_rows(int format, const Fixed24X& xf, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
+template <typename Block>
+inline void r16_rows(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
   const int64_t nsb = xf.K / 256;
   alignas(64) float out[16];
   for (int64_t g = n0 / 16; g < (n1 + 15) / 16; ++g) {
-    format == R16_Q4_K ? r16_group<R16_Q4_K>(xf, w, nsb, g, out) : r16_group<R16_Q4_0>(xf, w, nsb, g, out);
+    r16_group<Block>(xf, w, nsb, g, out);
     for (int r = std::max<int64_t>(0, n0 - 16 * g); r < 16 && 16 * g + r < n1; ++r) y[16 * g + r] = out[r];
   }
 }
 #else
-inline void r16_rows(int, const Fixed24X&, const uint8_t*, float*, int64_t, int64_t) {}
+template <typename Block>
+inline void r16_rows(const Fixed24X&, const uint8_t*, float*, int64_t, int64_t) {}
 #endif
 
 }  // namespace scratchlm

@@ -53,7 +53,7 @@ struct Linear {
     MatrixRef& p = parts.back();
     TORCH_CHECK(can_repack(p.format, p.N, K), "a repacked copy is for a Q4_K / Q4_0 part of whole 16-row groups, K a "
                 "multiple of 256, in a build with gemv_fixed24.h (format ", p.format, ", ", p.N, " x ", K, ")");
-    const int64_t bytes = r16_bytes(p.format, p.N, K);
+    const int64_t bytes = r16_copy_bytes(p.format, p.N, K);
     TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == torch::kUInt8 && t.is_contiguous() && t.numel() == bytes,
                 "the repacked copy must be ", bytes, " contiguous uint8 bytes");
     p.r16 = t.data_ptr<uint8_t>();

@@ -67,6 +67,18 @@ bool visit_blocks(int format, Fn&& fn) {
   }
 }
 
+// Whether a part of `rows` rows of K values in `format` can have a repacked copy (gemv_r16.h: Q4_K / Q4_0 where
+// built, whole 16-row groups, K a multiple of 256), and the copy's bytes (0 where it cannot).
+inline int64_t r16_copy_bytes(int format, int64_t rows, int64_t K) {
+  int64_t bytes = 0;
+  if (is_plain_blocks(format) && rows > 0 && rows % 16 == 0 && K % 256 == 0)
+    visit_blocks(format, [&](auto blk) {
+      if constexpr (has_r16<decltype(blk)>()) bytes = r16_bytes<decltype(blk)>(rows, K);
+    });
+  return bytes;
+}
+inline bool can_repack(int format, int64_t rows, int64_t K) { return r16_copy_bytes(format, rows, K) > 0; }
+
 // (values per block, bytes per block) of a format; dense formats: (16, 16 values' bytes), the K they read at once.
 inline void block_shape(int format, int64_t& qk, int64_t& bytes) {
   if (is_dense(format)) {
@@ -247,7 +259,9 @@ struct MatrixRef {
     const Fixed24X* one_row = fixed24(B) ? fixed : (fixed8(B) ? &px.fixed8 : nullptr);
     auto fin = [&](int64_t b, int64_t lo, int64_t hi) { finish_row(y, b, lo, hi, residual); };  // the GEMMs' rows
     if (r16_route(B) && fixed->K == K) {  // the repacked copy, x prepared by the caller
-      r16_rows(format, *fixed, r16, y, n0, n1);
+      visit_blocks(format, [&](auto blk) {
+        if constexpr (has_r16<decltype(blk)>()) r16_rows<decltype(blk)>(*fixed, r16, y, n0, n1);
+      });
       finish_row(y, 0, n0, n1, residual);
       return;
     }

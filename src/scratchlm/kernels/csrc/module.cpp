@@ -359,12 +359,21 @@ bool set_strassen(bool on) { return scratchlm::strassen_enabled.exchange(on); }
 // Q4_K / Q4_0 blocks (N rows of K values, N a multiple of 16, K of 256) -> a copy repacked 16 rows at a time
 // (gemv_r16.h).
 torch::Tensor repack_r16(const torch::Tensor& w, int64_t N, int64_t K, int64_t format) {
-  TORCH_CHECK(scratchlm::can_repack(static_cast<int>(format), N, K), "repack_r16: needs gemv_fixed24.h (AVX512-VNNI), "
-              "a Q4_K / Q4_0 format, N a multiple of 16 and K of 256, got format ", format, " (", N, ", ", K, ")");
-  const MatrixRef m = matrix(w, N, K, static_cast<int>(format));
-  auto out = torch::empty({scratchlm::r16_bytes(static_cast<int>(format), N, K)}, torch::kUInt8);
-  scratchlm::repack_r16(static_cast<int>(format), static_cast<const uint8_t*>(m.data), N, K, out.data_ptr<uint8_t>());
+  const int f = static_cast<int>(format);
+  TORCH_CHECK(scratchlm::can_repack(f, N, K), "repack_r16: needs gemv_fixed24.h (AVX512-VNNI), a Q4_K / Q4_0 format, "
+              "N a multiple of 16 and K of 256, got format ", format, " (", N, ", ", K, ")");
+  const MatrixRef m = matrix(w, N, K, f);
+  auto out = torch::empty({scratchlm::r16_copy_bytes(f, N, K)}, torch::kUInt8);
+  scratchlm::visit_blocks(f, [&](auto blk) {
+    if constexpr (scratchlm::has_r16<decltype(blk)>())
+      scratchlm::repack_r16<decltype(blk)>(static_cast<const uint8_t*>(m.data), N, K, out.data_ptr<uint8_t>());
+  });
   return out;
+}
+
+// The bytes repack_r16 would make for this part (0: it makes none).
+int64_t r16_copy_bytes(int64_t N, int64_t K, int64_t format) {
+  return scratchlm::r16_copy_bytes(static_cast<int>(format), N, K);
 }
 
 bool has_fixed24() {
@@ -402,6 +411,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "the default where built) or the fp32 kernels; returns the old value");
   m.def("repack_r16", &repack_r16, nogil(), "Q4_K / Q4_0 bytes (N rows, N % 16 == 0, of K values, K % 256 == 0), "
         "format -> the copy one batch row reads, 16 rows interleaved (gemv_r16.h)");
+  m.def("r16_copy_bytes", &r16_copy_bytes, "N, K, format -> the bytes repack_r16 makes of such a part (0: none)");
   m.def("has_fixed24", &has_fixed24, "built with gemv_fixed24.h (AVX512-VNNI)");
   m.def("has_fixed24_b32", &has_fixed24_b32, "built with gemv_fixed24_b32.h (AVX512-VNNI, VBMI and BITALG)");
   m.def("set_centered", &set_centered, "one batch row of the block types by sub-block sums (gemv_centered.h, "

@@ -1,14 +1,17 @@
-"""One batch row of Q4_K and Q4_0 from the copy repacked 16 rows at a time (gemv_r16.h; AVX512-VNNI builds).
+"""Q4_K and Q4_0 from the copy repacked 16 rows at a time (gemv_r16.h, weight_rows.h; AVX512-VNNI builds).
 
-The copy is made by `ops.repacked` and read through the kernels' `Linear`; the reference is float64 on the
-dequantized matrix (quant/dequantize.py) with x rounded as test_fixed24.py's torch model does (x~ = X 2^-k):
-- the result equals float64 x~ @ W^T within the fp32 summation bound, for whole matrices, matrices cut into
-  several threads' chunks and parts of a stacked matrix (Q4_K beside Q6_K, a Q4_K part of 13 rows: no copy; Q4_0
-  beside Q4_0 without a copy);
+The copy is made by `ops.repacked` and then replaces the blocks: read through the kernels' `Linear`, `linear_blocks`
+and `dequantize`; the reference is float64 on the dequantized matrix (quant/dequantize.py) with x rounded as
+test_fixed24.py's torch model does (x~ = X 2^-k):
+- up to 64 batch rows (gemv_r16.h): every row equals float64 x~ @ W^T within the fp32 summation bound, for whole
+  matrices, matrices cut into several threads' chunks and parts of a stacked matrix (Q4_K beside Q6_K, a Q4_K
+  part of 13 rows: no copy; Q4_0 beside Q4_0 without a copy);
 - the copy is taken (the result differs from the in-place kernel's, another summation order) and is shared;
-- prompts (several batch rows) still read the file's blocks: the same values as without a copy;
+- past 64 rows (and with set_fixed24(False)) the prompt GEMM widens the copy: the same values as widening the file's
+  blocks, so the same result bit for bit; `dequantize` of the copy equals quant/dequantize.py's bit for bit;
 - copies are made by default where the kernel is built and not with SCRATCHLM_REPACK=0; a copy of the wrong
-  size is refused.
+  size is refused; the file's pages under a copied matrix leave the process (release_file_pages), memory of the
+  process's own is never dropped.
 """
 
 from __future__ import annotations
@@ -93,9 +96,16 @@ def test_repacked_parts_and_route(kernels, monkeypatch) -> None:
     one = lin.forward(x[None])
     assert not torch.equal(one[0, :32], plain.forward(x[None])[0, :32])  # the copy is what one row read
     assert torch.equal(one[0, 32:], plain.forward(x[None])[0, 32:])  # the parts without a copy: the same kernels
-    for b in (3, 20):  # prompts read the file's blocks (gemv.h's passes; the GEMM past 8 rows) with or without it
+    for b in (3, 20, 64):  # short batches read the copy too: each row within the bound of its rounded x
         xs = torch.randn(b, 512, generator=torch.Generator().manual_seed(b))
-        assert torch.equal(lin.forward(xs), plain.forward(xs))
+        got = lin.forward(xs).double() - bias.double()
+        assert not torch.equal(lin.forward(xs)[:, :32], plain.forward(xs)[:, :32])
+        for row in range(b):
+            xr, _ = rounded(xs[row])
+            err = float((got[row] - w @ xr).abs().max())
+            assert err <= tol(xr[None].float(), w.float()) + 1e-6 * float(bias.abs().max())
+    xs = torch.randn(100, 512, generator=torch.Generator().manual_seed(100))  # past 64: the GEMM widens the copy,
+    assert torch.equal(lin.forward(xs), plain.forward(xs))  # the same values as the blocks': the same sums
 
 
 def test_repacked_q4_0_parts(kernels, monkeypatch) -> None:
@@ -117,12 +127,15 @@ def test_repacked_switch_and_checks(kernels) -> None:
     w = dequantize_blocks(blocks).double()
     lin = ops.block_linear(kernels, [blocks])
     x = torch.randn(512, generator=torch.Generator().manual_seed(5))
-    before = kernels.set_fixed24(False)  # one row through the fp32 kernels on the file's blocks instead
+    xs = torch.randn(3, 512, generator=torch.Generator().manual_seed(6))
+    before = kernels.set_fixed24(False)  # the fp32 GEMM on the widened copy instead, any number of rows
     try:
         off = lin.forward(x[None])[0].double()
+        off3 = lin.forward(xs).double()
     finally:
         kernels.set_fixed24(before)
     assert float((off - x.double() @ w.T).abs().max()) <= tol(x[None], w.float())
+    assert float((off3 - xs.double() @ w.T).abs().max()) <= tol(xs, w.float())
     with pytest.raises(RuntimeError, match="repacked copy must be"):
         kernels.Linear([ops.FORMAT_CODES["Q4_K"]], [blocks.data], [32], 512, None, None, None,
                        [torch.zeros(100, dtype=torch.uint8)])
@@ -133,3 +146,56 @@ def test_repacked_switch_and_checks(kernels) -> None:
     with pytest.raises(RuntimeError, match="N a multiple of 16"):
         kernels.repack_r16(GGMLBlocks("Q4_K", blocks.data[:13].contiguous(), (13, 512)).data, 13, 512,
                            ops.FORMAT_CODES["Q4_K"])
+
+
+@pytest.mark.parametrize("source", ["random", "llama.cpp"])
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q4_0"])
+def test_copy_widens_to_the_dequantized_values(kernels, type_name: str, source: str) -> None:
+    maker = random_blocks if source == "random" else llama_cpp_blocks
+    blocks = maker(type_name, 48, 768, seed=3)
+    ref = dequantize_blocks(blocks)  # quant/dequantize.py
+    copy = kernels.repack_r16(blocks.data, 48, 768, ops.FORMAT_CODES[type_name])
+    got = kernels.dequantize(torch.zeros_like(blocks.data), 48, 768, ops.FORMAT_CODES[type_name], None, copy)
+    assert torch.equal(got, ref)  # the copy alone (the blocks given are zeros) widens to the same values
+    x = torch.randn(70, 768, generator=torch.Generator().manual_seed(1))  # 70 rows: the GEMM, widening the copy
+    from_copy = kernels.linear_blocks(x, torch.zeros_like(blocks.data), 48, 768, ops.FORMAT_CODES[type_name], copy)
+    assert torch.equal(from_copy, kernels.linear_blocks(x, blocks.data, 48, 768, ops.FORMAT_CODES[type_name]))
+
+
+def resident_kb(t: torch.Tensor) -> int:
+    """Resident kB of the mapping that holds t's first byte (/proc/self/smaps)."""
+    addr = t.data_ptr()
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and all(c in "0123456789abcdef-" for c in head):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and head == "Rss:":
+                return int(line.split()[1])
+    raise AssertionError("no mapping holds the tensor")
+
+
+def test_file_pages_released_after_copy(kernels, tmp_path) -> None:
+    import mmap
+
+    import numpy as np
+
+    blocks = llama_cpp_blocks("Q4_K", 512, 2048, seed=8)  # 576 KB of blocks
+    path = tmp_path / "w.bin"
+    path.write_bytes(b"\0" * 4096 + blocks.data.numpy().tobytes())
+    with open(path, "rb") as f:
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # as the GGUF reader maps a file
+    mapped = torch.from_numpy(np.frombuffer(buf, dtype=np.uint8)[4096:].reshape(blocks.data.shape))
+    in_file = GGMLBlocks("Q4_K", mapped, blocks.shape)
+    assert int(mapped.sum()) == int(blocks.data.sum()) and resident_kb(mapped) >= 500
+    assert ops.repacked(kernels, in_file) is not None
+    assert resident_kb(mapped) <= 8  # the copy replaced the file's pages
+    x = torch.randn(3, 2048, generator=torch.Generator().manual_seed(2))
+    assert ops.repacked(kernels, blocks) is not None  # the process's own memory: copied, not dropped
+    assert torch.equal(ops.linear_blocks(kernels, x, in_file), ops.linear_blocks(kernels, x, blocks))  # the copies
+    assert resident_kb(mapped) <= 8  # read the copy, not the file
+    assert torch.equal(mapped, blocks.data)  # the file's bytes come back if something reads them
+    own = blocks.data.clone()  # the process's own memory: never dropped
+    assert kernels.release_file_pages(own) == 0 and torch.equal(own, blocks.data)

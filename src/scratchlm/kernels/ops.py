@@ -68,7 +68,8 @@ def linear_blocks(mod: ModuleType, x: torch.Tensor, blocks: GGMLBlocks, a8: bool
     a8: the A8 row kernel instead (x rounded per block first: quant/act_quant.round_act_blocks)."""
     check_fits(blocks)
     n, k = blocks.shape
-    return mod.linear_blocks(x, blocks.data, n, k, code(blocks.ggml_type, a8))
+    copy = None if a8 else _REPACKED.get(_key(blocks))
+    return mod.linear_blocks(x, blocks.data, n, k, code(blocks.ggml_type, a8), copy)
 
 
 def dequantize(mod: ModuleType, blocks: GGMLBlocks, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -76,7 +77,7 @@ def dequantize(mod: ModuleType, blocks: GGMLBlocks, out: torch.Tensor | None = N
     written into out (contiguous fp32, N * K values) when given."""
     check_fits(blocks)
     n, k = blocks.shape
-    return mod.dequantize(blocks.data, n, k, FORMAT_CODES[blocks.ggml_type], out)
+    return mod.dequantize(blocks.data, n, k, FORMAT_CODES[blocks.ggml_type], out, _REPACKED.get(_key(blocks)))
 
 
 def repack_enabled() -> bool:
@@ -97,17 +98,27 @@ def repacked_bytes(mod: ModuleType | None, blocks: GGMLBlocks) -> int:
     return int(mod.r16_copy_bytes(n, k, FORMAT_CODES[blocks.ggml_type]))
 
 
+def _key(blocks: GGMLBlocks) -> tuple[int, int, int]:
+    n, k = blocks.shape
+    return blocks.data.data_ptr(), n, k
+
+
 def repacked(mod: ModuleType, blocks: GGMLBlocks) -> torch.Tensor | None:
-    """The copy of a Q4_K / Q4_0 matrix that one batch row reads (16 rows interleaved, gemv_r16.h), made once per
-    matrix and shared by every `Linear` over it (the C++ step's and the packed layers'); None where
-    `repacked_bytes` is 0. The file's blocks stay the weights for prompts and every other route."""
+    """The copy of a Q4_K / Q4_0 matrix repacked 16 rows at a time (gemv_r16.h), made once per matrix and shared by
+    every `Linear` over it (the C++ step's and the packed layers'); None where `repacked_bytes` is 0.
+
+    The copy then replaces the blocks: every kernel route reads it (one batch row through gemv_r16.h, the others
+    widening it: csrc/weight_rows.h; `linear_blocks` and `dequantize` of the whole matrix too), and the file's pages
+    under the matrix are dropped from the process (release_file_pages: only where they are a mapping of the file,
+    which the kernel reads back if anything touches them again), so the process holds ~the file's size."""
     if repacked_bytes(mod, blocks) == 0:
         return None
-    n, k = blocks.shape
-    key = (blocks.data.data_ptr(), n, k)
+    key = _key(blocks)
     if key not in _REPACKED:
+        n, k = blocks.shape
         _REPACKED[key] = mod.repack_r16(blocks.data, n, k, FORMAT_CODES[blocks.ggml_type])
         weakref.finalize(blocks.data, _REPACKED.pop, key, None)  # dropped with the matrix it was made from
+        mod.release_file_pages(blocks.data)
     return _REPACKED[key]
 
 

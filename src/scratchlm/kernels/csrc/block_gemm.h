@@ -33,6 +33,7 @@
 #include "aligned_buffer.h"
 #include "gemm_micro.h"
 #include "strassen_gemm.h"
+#include "weight_rows.h"
 
 namespace scratchlm {
 
@@ -74,13 +75,13 @@ inline void store_block(const float* acc, int64_t rows, int64_t tiles, int64_t B
   }
 }
 
-// y[b * ldy + n] = x[b] . W[n] for n in [n0, n1), every b < xp.B (W: N rows of K values in Block), then
-// fin(b, lo, hi) on y[b * ldy + lo .. hi) as each row block's values land (store_block).
+// y[b * ldy + n] = x[b] . W[n] for n in [n0, n1), every b < xp.B (W: N rows of K values in Block, read as `src`
+// holds them: the file's blocks or the repacked copy), then fin(b, lo, hi) on y[b * ldy + lo .. hi) as each row
+// block's values land (store_block).
 template <typename Block, typename Fin>
-void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy, int64_t n0, int64_t n1,
+void gemm_block_rows(const PackedX& xp, const WeightRows<Block>& src, float* y, int64_t ldy, int64_t n0, int64_t n1,
                      const Fin& fin) {
   const int64_t K = xp.K, tiles = xp.tiles, rows = n1 - n0;
-  const int64_t row_bytes = K / Block::QK * Block::BYTES;
   // one row group's slice widened (12 KB on AVX-512): written just before its micro-kernels read it, it stays in L1
   // (a whole 96-row slice widened at once, 96 KB, went out to L2 and back: 1B-shaped Q4_K 128 tokens +2-3.5%)
   alignas(64) thread_local float wg[GEMM_R * GEMM_KC];
@@ -89,8 +90,7 @@ void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy,
     if (g >= std::min(GEMM_MC, rows - m0)) g = 0, k0 += GEMM_KC;
     if (k0 >= K) k0 = 0, m0 += GEMM_MC;
     if (m0 >= rows) return;
-    prefetch_slice<Block>(w + (n0 + m0 + g) * row_bytes, row_bytes, std::min<int64_t>(GEMM_R, rows - m0 - g), k0,
-                          std::min(GEMM_KC, K - k0));
+    src.prefetch(n0 + m0 + g, std::min<int64_t>(GEMM_R, rows - m0 - g), k0, std::min(GEMM_KC, K - k0));
   };
   // each token's values back at x's scale (PackedX's power-of-two scaling for Strassen-Winograd), then fin
   auto unscaled = [&](int64_t b, int64_t lo, int64_t hi) {
@@ -108,7 +108,7 @@ void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy,
     if (xp.units > 0 && mc >= 2 * GEMM_R) {
       thread_local FloatBuf prods, wq;
       const int64_t pairs = mc / (2 * GEMM_R);
-      strassen_rows<Block>(xp, w + (n0 + m0) * row_bytes, row_bytes, pairs, sums, prods, wq);
+      strassen_rows<Block>(xp, src, n0 + m0, pairs, sums, prods, wq);
       g0 = pairs * 2 * GEMM_R;
     }
 #endif
@@ -116,7 +116,7 @@ void gemm_block_rows(const PackedX& xp, const uint8_t* w, float* y, int64_t ldy,
       const int64_t kc = std::min(GEMM_KC, K - k0);
       for (int64_t g = g0; g < mc; g += GEMM_R) {
         const int r = static_cast<int>(std::min<int64_t>(GEMM_R, mc - g));
-        widen_slice<Block>(w + (n0 + m0 + g) * row_bytes, row_bytes, r, k0, kc, wg);
+        src.widen(n0 + m0 + g, r, k0, kc, wg);
         prefetch_group(m0, g + GEMM_R, k0);  // the next group's bytes (rows row_bytes apart: not a stream the
                                              // hardware prefetcher follows) while this one's micro-kernels run
         for (int64_t j = 0; j < tiles; ++j) {

@@ -168,12 +168,6 @@ void block_rows(const float* x, const uint8_t* w, float* y, int64_t K, int64_t l
   }
 }
 
-// W (N, K) of blocks -> its fp32 values (N, K), through the kernels' own widening (a test of it).
-template <typename Block>
-void block_dequant(const uint8_t* w, int64_t N, int64_t K, float* out) {
-  for (int64_t i = 0; i < N * (K / Block::QK); ++i) widen_block<Block>(w + i * Block::BYTES, out + i * Block::QK);
-}
-
 // Dense element types: SIZE bytes per value, load = 16 values widened exactly.
 struct F32Dense {
   static constexpr int64_t SIZE = 4;

@@ -121,6 +121,42 @@ inline void repack_r16(const uint8_t* w, int64_t rows, int64_t K, uint8_t* out) 
 }
 
 #if defined(SCRATCHLM_FIXED24)
+// Row `row` of the copy w (K values per row), values [k0, k0 + kc) (multiples of 256), widened into out: the values
+// widen_block<Block> makes of the file's blocks, bit for bit (w = fma(q, s, t) with s = d sc, t = -(dmin m) for
+// Q4_K, s = d, t = -8 d for Q4_0: each product exact, one rounding). Per 32 values: the row's 4 bytes of each of
+// 4 lines of qs (values 8 u .. 8 u + 3 in the low nibbles of line u's bytes, 8 u + 4 .. 8 u + 7 in the high).
+template <typename Block>
+inline void r16_widen_row(const uint8_t* w, int64_t K, int64_t row, int64_t k0, int64_t kc, float* out) {
+  using Group = R16Group<Block>;
+  constexpr bool k4 = std::is_same_v<Block, Q4_KBlock>;
+  const int64_t nsb = K / 256;
+  const int r = static_cast<int>(row % 16);
+  const __m128i nib = _mm_set1_epi8(0x0f);
+  for (int64_t i = k0 / 256; i < (k0 + kc) / 256; ++i, out += 256) {
+    const Group& b = reinterpret_cast<const Group*>(w)[row / 16 * nsb + i];
+    float d = 0.0f, dmin = 0.0f;
+    if constexpr (k4) d = fp16_to_f32(reinterpret_cast<const uint8_t*>(&b.d[r])),
+                      dmin = fp16_to_f32(reinterpret_cast<const uint8_t*>(&b.dmin[r]));
+    for (int s = 0; s < 8; ++s) {
+      float sv, tv;
+      if constexpr (k4) {
+        sv = static_cast<float>(b.sc[s][r]) * d, tv = static_cast<float>(b.m[s][r]) * -dmin;
+      } else {
+        sv = fp16_to_f32(reinterpret_cast<const uint8_t*>(&b.d[s][r])), tv = -8.0f * sv;
+      }
+      const __m128i q = _mm_set_epi32(static_cast<int>(load_u32(b.qs[4 * s + 3] + 4 * r)),
+                                      static_cast<int>(load_u32(b.qs[4 * s + 2] + 4 * r)),
+                                      static_cast<int>(load_u32(b.qs[4 * s + 1] + 4 * r)),
+                                      static_cast<int>(load_u32(b.qs[4 * s] + 4 * r)));
+      const __m128i lo = _mm_and_si128(q, nib), hi = _mm_and_si128(_mm_srli_epi16(q, 4), nib);
+      const __m512 sc = _mm512_set1_ps(sv), t = _mm512_set1_ps(tv);
+      _mm512_storeu_ps(out + 32 * s, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi32(lo, hi))), sc, t));
+      _mm512_storeu_ps(out + 32 * s + 16,
+                       _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi32(lo, hi))), sc, t));
+    }
+  }
+}
+
 // 4 bytes at p in every int32 lane
 inline __m512i bcast4(const int8_t* p) {
   int32_t v;
@@ -128,72 +164,109 @@ inline __m512i bcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// Rows 16 g .. 16 g + 15 into out. The group's bytes are one stream, and the next group's follow: the prefetch 3 KB
-// ahead runs on into them (two groups at once, two streams with a cold start each, ran 0.95-0.98x gemv_fixed24.h in
-// the 1B decode where this runs 1.09-1.22x; 6 and 10 KB ahead 1.00-1.20x).
-template <typename Block>
-inline void r16_group(const Fixed24X& xf, const uint8_t* w, int64_t nsb, int64_t g, float* out) {
+// Rows 16 g .. 16 g + 15 for NB batch rows (x of batch row b: xs[b]) into out[b * 16 + r]: each weight register
+// loaded once and multiplied with every batch row's digits (the passes of up to 8 rows of a short batch read the
+// copy NB at a time). The group's bytes are one stream, and the next group's follow: the prefetch 3 KB ahead runs
+// on into them (two groups at once, two streams with a cold start each, ran 0.95-0.98x gemv_fixed24.h in the 1B
+// decode where this runs 1.09-1.22x; 6 and 10 KB ahead 1.00-1.20x).
+template <typename Block, int NB>
+inline void r16_group(const Fixed24X* const* xs, const uint8_t* w, int64_t nsb, int64_t g, float* out) {
   using Group = R16Group<Block>;
   constexpr bool k4 = std::is_same_v<Block, Q4_KBlock>;
+  constexpr int H = NB == 1 ? 2 : 1;  // one row: a sum per half sub-block (two chains); more rows: one each
   const __m512i nib = _mm512_set1_epi8(0x0f);
-  __m512 tot[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}, off = _mm512_setzero_ps();
+  __m512 tot[NB][H], off[NB];
+  for (int b = 0; b < NB; ++b) {
+    off[b] = _mm512_setzero_ps();
+    for (int h = 0; h < H; ++h) tot[b][h] = _mm512_setzero_ps();
+  }
   for (int64_t i = 0; i < nsb; ++i) {
-    const int8_t* xi = xf.index + i * 4 * 192;  // the super-block's 4 chunks of 64 values: planes a2, a1, a0
-    const Group& b = reinterpret_cast<const Group*>(w)[g * nsb + i];
+    const Group& blk = reinterpret_cast<const Group*>(w)[g * nsb + i];
     __m512 d = _mm512_setzero_ps(), dmin = d;
     if constexpr (k4) {
-      d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.d)));
-      dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.dmin)));
+      d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.d)));
+      dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.dmin)));
     }
 #pragma GCC unroll 1
     for (int s = 0; s < 8; ++s) {  // not unrolled: the copies' registers spilled (-35% in cache)
       __m512 scale, sub;  // w = scale q - sub, per row
       if constexpr (k4) {
-        const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.sc[s]))));
-        const __m512 m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.m[s]))));
+        const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.sc[s]))));
+        const __m512 m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.m[s]))));
         scale = _mm512_mul_ps(sc, d), sub = _mm512_mul_ps(m, dmin);
       } else {
-        scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.d[s])));
+        scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.d[s])));
         sub = _mm512_mul_ps(scale, _mm512_set1_ps(8.0f));
       }
-      scale = _mm512_mul_ps(scale, _mm512_set1_ps(xf.k4s[16 * i + s]));  // exact: times a power of two
-      off = _mm512_fnmadd_ps(sub, _mm512_set1_ps(xf.k4o[16 * i + 8 + s]), off);
-      const int8_t* xs = xi + (s / 2) * 192 + (s % 2) * 32;  // values 32 s .. 32 s + 31 in chunk s / 2
+      const int8_t* x[NB];  // values 32 s .. 32 s + 31 in chunk s / 2 of super-block i: planes a2, a1, a0
+      for (int b = 0; b < NB; ++b) {
+        off[b] = _mm512_fnmadd_ps(sub, _mm512_set1_ps(xs[b]->k4o[16 * i + 8 + s]), off[b]);
+        x[b] = xs[b]->index + i * 4 * 192 + (s / 2) * 192 + (s % 2) * 32;
+      }
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {  // values 32 s + 16 h .. + 15
-        __m512i a2 = _mm512_setzero_si512(), a1 = a2, a0 = a2;
+        __m512i a2[NB], a1[NB], a0[NB];
+        for (int b = 0; b < NB; ++b) a2[b] = a1[b] = a0[b] = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int u = 0; u < 2; ++u) {
           const int t = 4 * s + 2 * h + u;  // values 8 t .. 8 t + 7: x's quads 2 t, 2 t + 1
-          const int8_t* x = xs + 16 * h + 8 * u;
-          _mm_prefetch(reinterpret_cast<const char*>(b.qs[t]) + 48 * 64, _MM_HINT_T0);
-          const __m512i z = _mm512_loadu_si512(b.qs[t]);
+          _mm_prefetch(reinterpret_cast<const char*>(blk.qs[t]) + 48 * 64, _MM_HINT_T0);
+          const __m512i z = _mm512_loadu_si512(blk.qs[t]);
           const __m512i lo = _mm512_and_si512(z, nib), hi = f24_take(z, 4, 4, 4);
-          a2 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a2, lo, bcast4(x)), hi, bcast4(x + 4));
-          a1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a1, lo, bcast4(x + 64)), hi, bcast4(x + 68));
-          a0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a0, lo, bcast4(x + 128)), hi, bcast4(x + 132));
+          for (int b = 0; b < NB; ++b) {
+            const int8_t* xb = x[b] + 16 * h + 8 * u;
+            a2[b] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a2[b], lo, bcast4(xb)), hi, bcast4(xb + 4));
+            a1[b] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a1[b], lo, bcast4(xb + 64)), hi, bcast4(xb + 68));
+            a0[b] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(a0[b], lo, bcast4(xb + 128)), hi, bcast4(xb + 132));
+          }
         }
-        const __m512i p = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(a2, 16), _mm512_slli_epi32(a1, 8)), a0);
-        tot[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, tot[h]);
+        for (int b = 0; b < NB; ++b) {
+          const __m512i p =
+              _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(a2[b], 16), _mm512_slli_epi32(a1[b], 8)), a0[b]);
+          // scale 2^-k exact: times a power of two
+          const __m512 sk = _mm512_mul_ps(scale, _mm512_set1_ps(xs[b]->k4s[16 * i + s]));
+          tot[b][h % H] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sk, tot[b][h % H]);
+        }
       }
     }
   }
-  _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(tot[0], tot[1]), off));
-}
-
-// y[n0 .. n1) of one batch row from the repacked copy w (groups cut by [n0, n1) are computed whole, stored in part).
-template <typename Block>
-inline void r16_rows(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
-  const int64_t nsb = xf.K / 256;
-  alignas(64) float out[16];
-  for (int64_t g = n0 / 16; g < (n1 + 15) / 16; ++g) {
-    r16_group<Block>(xf, w, nsb, g, out);
-    for (int r = std::max<int64_t>(0, n0 - 16 * g); r < 16 && 16 * g + r < n1; ++r) y[16 * g + r] = out[r];
+  for (int b = 0; b < NB; ++b) {
+    __m512 sum = tot[b][0];
+    if constexpr (H == 2) sum = _mm512_add_ps(sum, tot[b][1]);
+    _mm512_storeu_ps(out + 16 * b, _mm512_add_ps(sum, off[b]));
   }
 }
-#else
+
+// y[b * ldy + n0 .. n1) for the B batch rows x (B <= R16_MAX_ROWS) from the repacked copy w, up to 4 batch rows per
+// read of a group (groups cut by [n0, n1) are computed whole, stored in part). Up to 64 rows this beats widening
+// the copy for block_gemm.h's fp32 GEMM (one process, 2 threads, Q4_K 8192 x 2048 / 2048 x 8192: 1.66x at 4 rows,
+// 1.24-1.29x at 16, 1.03-1.07x at 64, 0.98-1.01x at 128: the integer products' 3 planes cost what fp32 FMAs do).
+constexpr int64_t R16_MAX_ROWS = 64;
 template <typename Block>
-inline void r16_rows(const Fixed24X&, const uint8_t*, float*, int64_t, int64_t) {}
+inline void r16_rows(const Fixed24X* const* xs, int64_t B, const uint8_t* w, float* y, int64_t ldy, int64_t n0,
+                     int64_t n1) {
+  const int64_t nsb = xs[0]->K / 256;
+  alignas(64) float out[4 * 16];
+  for (int64_t g = n0 / 16; g < (n1 + 15) / 16; ++g)
+    for (int64_t b0 = 0; b0 < B; b0 += 4) {
+      const int64_t nb = std::min<int64_t>(4, B - b0);
+      switch (nb) {
+        case 1: r16_group<Block, 1>(xs + b0, w, nsb, g, out); break;
+        case 2: r16_group<Block, 2>(xs + b0, w, nsb, g, out); break;
+        case 3: r16_group<Block, 3>(xs + b0, w, nsb, g, out); break;
+        default: r16_group<Block, 4>(xs + b0, w, nsb, g, out);
+      }
+      for (int64_t b = 0; b < nb; ++b)
+        for (int r = std::max<int64_t>(0, n0 - 16 * g); r < 16 && 16 * g + r < n1; ++r)
+          y[(b0 + b) * ldy + 16 * g + r] = out[16 * b + r];
+    }
+}
+#else
+constexpr int64_t R16_MAX_ROWS = 64;
+template <typename Block>
+inline void r16_rows(const Fixed24X* const*, int64_t, const uint8_t*, float*, int64_t, int64_t, int64_t) {}
+template <typename Block>
+inline void r16_widen_row(const uint8_t*, int64_t, int64_t, int64_t, int64_t, float*) {}
 #endif
 
 }  // namespace scratchlm

@@ -105,13 +105,18 @@ struct PreparedX {
   PackedX packed;
   SumsX sums;
   Fixed24X fixed, fixed8;  // fixed8: the A8 rounding of x (per 256) as gemv_fixed24.h's one-plane form
+  Fixed24X fixed_more[R16_MAX_ROWS - 1];  // batch rows 1 .. 63 as `fixed` (gemv_r16.h's batches)
   Fixed24X32 fixed32;              // gemv_fixed24_b32.h's order of x (the 32-value block types)
   Fixed24X32 fixed8_32, fixed8_256;  // the same order of x's A8 rounding per 32 / 256 values (act32 / act256)
 
   void reset() {
     act32.qk = act256.qk = 0, a8_32.B = a8_256.B = 0, packed.B = 0, sums.K = 0;
     fixed.K = fixed8.K = fixed32.K = fixed8_32.K = fixed8_256.K = 0;
+    for (auto& f : fixed_more) f.K = 0;
   }
+  // batch row b of x as Fixed24X (b < R16_MAX_ROWS)
+  Fixed24X& fixed_row(int64_t b) { return b == 0 ? fixed : fixed_more[b - 1]; }
+  const Fixed24X& fixed_row(int64_t b) const { return b == 0 ? fixed : fixed_more[b - 1]; }
   const ActRows& act(int format) const { return act_qk(format) == 256 ? act256 : act32; }
   Fixed24X32& fixed8_b32(int format) { return act_qk(format) == 256 ? fixed8_256 : fixed8_32; }
   const Fixed24X32& fixed8_b32(int format) const { return act_qk(format) == 256 ? fixed8_256 : fixed8_32; }
@@ -162,11 +167,13 @@ struct MatrixRef {
     return v;
   }
 
-  // B == 1, `kind` holds for this format, the switch `on` is set and the block type has the kernel: has(Block{})
+  // B == 1, `kind` holds for this format, the switch `on` is set, the block type has the kernel (has(Block{})) and
+  // there is no repacked copy (which then is the only storage read: r16_route, else gemm)
   template <typename Has>
   bool one_row_route(int64_t B, bool kind, const std::atomic<bool>& on, Has has) const {
     bool yes = false;
-    if (B == 1 && kind && on.load(std::memory_order_relaxed)) visit_blocks(format, [&](auto blk) { yes = has(blk); });
+    if (B == 1 && kind && r16 == nullptr && on.load(std::memory_order_relaxed))
+      visit_blocks(format, [&](auto blk) { yes = has(blk); });
     return yes;
   }
 
@@ -176,9 +183,10 @@ struct MatrixRef {
                          [](auto blk) { return has_centered<decltype(blk)>(); });
   }
 
-  // True when one batch row reads the repacked copy (gemv_r16.h; x prepared once per call as Fixed24X).
+  // True when the B batch rows read the repacked copy through gemv_r16.h (up to R16_MAX_ROWS; each row of x
+  // prepared once per call as Fixed24X); past them the GEMM widens the copy.
   bool r16_route(int64_t B) const {
-    return B == 1 && r16 != nullptr && fixed24_enabled.load(std::memory_order_relaxed);
+    return B <= R16_MAX_ROWS && r16 != nullptr && fixed24_enabled.load(std::memory_order_relaxed);
   }
 
   // True when one batch row goes through gemv_fixed24.h (x prepared once per call as Fixed24X).
@@ -208,16 +216,25 @@ struct MatrixRef {
   // True when B rows of an A8 row format go through a8_gemm.h (x rounded, then packed once per call).
   bool a8_gemm(int64_t B) const { return B >= GEMM_MIN_ROWS && is_a8_row(format) && has_a8_gemm(); }
 
-  // True when B rows of x go through block_gemm.h (x packed once per call) rather than gemv.h's passes.
+  // True when B rows of x go through block_gemm.h (x packed once per call) rather than gemv.h's passes: from
+  // GEMM_MIN_ROWS rows, and for every B the repacked copy's one-row kernel does not take (the copy replaces the
+  // blocks: gemv.h's passes read them in place).
   bool gemm(int64_t B) const {
-    return B >= GEMM_MIN_ROWS && is_plain_blocks(format);
+    return is_plain_blocks(format) && (B >= GEMM_MIN_ROWS || (r16 != nullptr && !r16_route(B)));
+  }
+
+  // The rows as block_gemm.h and dequantize read them: the file's blocks, or the repacked copy where there is one.
+  template <typename Block>
+  WeightRows<Block> weight_rows() const {
+    return {static_cast<const uint8_t*>(data), row_bytes(), r16, K};
   }
 
   // x's forms this matrix reads at B rows into px (those not there yet).
   void prepare(const float* x, int64_t B, PreparedX& px) const {
     if (gemm(B) && px.packed.B == 0) px.packed.pack(x, B, K);
     if (r16_route(B)) {
-      if (px.fixed.K == 0) px.fixed.prepare(x, K);
+      for (int64_t b = 0; b < B; ++b)
+        if (px.fixed_row(b).K == 0) px.fixed_row(b).prepare(x + b * K, K);
     } else if (fixed24_b32(B)) {
       if (px.fixed32.K == 0) px.fixed32.prepare(x, K);
     } else if (fixed24(B)) {
@@ -258,11 +275,13 @@ struct MatrixRef {
     const auto* bytes = static_cast<const uint8_t*>(data);
     const Fixed24X* one_row = fixed24(B) ? fixed : (fixed8(B) ? &px.fixed8 : nullptr);
     auto fin = [&](int64_t b, int64_t lo, int64_t hi) { finish_row(y, b, lo, hi, residual); };  // the GEMMs' rows
-    if (r16_route(B) && fixed->K == K) {  // the repacked copy, x prepared by the caller
+    if (r16_route(B) && px.fixed_row(B - 1).K == K) {  // the repacked copy, x prepared by the caller
+      const Fixed24X* xs[R16_MAX_ROWS];
+      for (int64_t b = 0; b < B; ++b) xs[b] = &px.fixed_row(b);
       visit_blocks(format, [&](auto blk) {
-        if constexpr (has_r16<decltype(blk)>()) r16_rows<decltype(blk)>(*fixed, r16, y, n0, n1);
+        if constexpr (has_r16<decltype(blk)>()) r16_rows<decltype(blk)>(xs, B, r16, y, L, n0, n1);
       });
-      finish_row(y, 0, n0, n1, residual);
+      for (int64_t b = 0; b < B; ++b) finish_row(y, b, n0, n1, residual);
       return;
     }
     const Fixed24X32* one_row32 = fixed24_b32(B) ? &px.fixed32 : (fixed8_b32(B) ? &px.fixed8_b32(format) : nullptr);
@@ -293,8 +312,11 @@ struct MatrixRef {
       return;
     }
 #endif
-    if (gemm(B)) {
-      visit_blocks(format, [&](auto blk) { gemm_block_rows<decltype(blk)>(*packed, bytes, y, L, n0, n1, fin); });
+    if (gemm(B) && packed->B == B) {  // prepared by the caller (else gemv.h's passes on the blocks: the same values)
+      visit_blocks(format, [&](auto blk) {
+        using Block = decltype(blk);
+        gemm_block_rows<Block>(*packed, weight_rows<Block>(), y, L, n0, n1, fin);
+      });
       return;
     }
     const int64_t tile = is_plain_blocks(format) ? BLOCK_BATCH_TILE : BATCH_TILE;  // batch rows per weight pass
@@ -345,12 +367,11 @@ struct MatrixRef {
     }
   }
 
-  // W's fp32 values (N, K) through the kernels' widening (block formats only), rows split over the threads.
+  // W's fp32 values (N, K) through the kernels' widening (block formats only; from the repacked copy where there is
+  // one), rows split over the threads.
   void dequantize(float* out) const {
-    const auto* bytes = static_cast<const uint8_t*>(data);
-    const int64_t rb = row_bytes();
-    parallel_chunks(N, row_chunk(N, rb), [&](int64_t n0, int64_t n1) {
-      visit_blocks(format, [&](auto blk) { block_dequant<decltype(blk)>(bytes + n0 * rb, n1 - n0, K, out + n0 * K); });
+    parallel_chunks(N, row_chunk(N, row_bytes()), [&](int64_t n0, int64_t n1) {
+      visit_blocks(format, [&](auto blk) { weight_rows<decltype(blk)>().dequantize(n0, n1, out + n0 * K); });
     });
   }
 };

@@ -7,6 +7,15 @@
 
 #include <torch/extension.h>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#endif
+
 #include "attention_scores.h"
 #include "causal_softmax.h"
 #include "cross_entropy_rows.h"
@@ -53,16 +62,31 @@ MatrixRef matrix(const torch::Tensor& w, int64_t N, int64_t K, int format) {
   return m;
 }
 
-torch::Tensor linear_blocks(const torch::Tensor& x, const torch::Tensor& w, int64_t N, int64_t K, int64_t format) {
-  return apply(matrix(w, N, K, static_cast<int>(format)), x);
+// m reading its repacked copy r16 (repack_r16's of this matrix) instead of its blocks, where one is given.
+MatrixRef with_r16(MatrixRef m, const std::optional<torch::Tensor>& r16) {
+  if (!r16.has_value() || !r16->defined()) return m;
+  TORCH_CHECK(r16->scalar_type() == torch::kUInt8 && r16->is_contiguous() && r16->device().is_cpu() &&
+                  r16->numel() > 0 && r16->numel() == scratchlm::r16_copy_bytes(m.format, m.N, m.K),
+              "r16 must be repack_r16's copy of this matrix (", scratchlm::r16_copy_bytes(m.format, m.N, m.K),
+              " bytes), got ", r16->numel());
+  m.r16 = r16->data_ptr<uint8_t>();
+  return m;
+}
+
+// r16: the matrix's repacked copy (gemv_r16.h), read instead of w where given.
+torch::Tensor linear_blocks(const torch::Tensor& x, const torch::Tensor& w, int64_t N, int64_t K, int64_t format,
+                            std::optional<torch::Tensor> r16) {
+  return apply(with_r16(matrix(w, N, K, static_cast<int>(format)), r16), x);
 }
 
 // The block matrix's fp32 values through the kernels' own widening: what every GEMV multiplies by.
 // out: an fp32 (N, K) contiguous tensor to write into (a reused buffer: a fresh one of tens of MB costs more in
 // page faults than the widening itself), else a new one.
-torch::Tensor dequantize(const torch::Tensor& w, int64_t N, int64_t K, int64_t format, std::optional<torch::Tensor> out) {
+// r16: the matrix's repacked copy (gemv_r16.h), read instead of w where given.
+torch::Tensor dequantize(const torch::Tensor& w, int64_t N, int64_t K, int64_t format, std::optional<torch::Tensor> out,
+                         std::optional<torch::Tensor> r16) {
   TORCH_CHECK(!scratchlm::is_dense(static_cast<int>(format)), "dequantize reads block formats");
-  const MatrixRef m = matrix(w, N, K, static_cast<int>(format));
+  const MatrixRef m = with_r16(matrix(w, N, K, static_cast<int>(format)), r16);
   torch::Tensor y = out.has_value() ? *out : torch::empty({N, K}, torch::kFloat32);
   TORCH_CHECK(y.scalar_type() == torch::kFloat32 && y.is_contiguous() && y.numel() == N * K && y.device().is_cpu(),
               "dequantize: out must be a contiguous fp32 CPU tensor of N * K values");
@@ -371,6 +395,34 @@ torch::Tensor repack_r16(const torch::Tensor& w, int64_t N, int64_t K, int64_t f
   return out;
 }
 
+// Drops the resident pages wholly inside t's bytes when they belong to a file's mapping (the GGUF reader's private,
+// never-written map: the kernel reads them back from the file if they are touched again); anything else (memory
+// of the process's own, where dropping would zero it) is left alone. Returns the bytes dropped (0: none, or not
+// Linux). For a matrix whose repacked copy replaced it (kernels/ops.py): the process then holds the copy only.
+int64_t release_file_pages(const torch::Tensor& t) {
+#if defined(__linux__)
+  if (!t.device().is_cpu() || t.numel() == 0) return 0;
+  const auto lo = reinterpret_cast<uintptr_t>(t.data_ptr()), hi = lo + t.numel() * t.element_size();
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)), a = (lo + page - 1) / page * page,
+                  b = hi / page * page;
+  if (b <= a) return 0;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {  // "start-end perms offset dev inode path"
+    std::istringstream f(line);
+    std::string range, perms, offset, dev;
+    unsigned long long inode = 0;
+    f >> range >> perms >> offset >> dev >> inode;
+    const size_t dash = range.find('-');
+    const uintptr_t s = std::stoull(range.substr(0, dash), nullptr, 16), e = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (a < s || b > e) continue;
+    if (inode == 0 || perms.size() < 4 || perms[3] != 'p') return 0;  // not a private file mapping
+    return madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED) == 0 ? static_cast<int64_t>(b - a) : 0;
+  }
+#endif
+  return 0;
+}
+
 // The bytes repack_r16 would make for this part (0: it makes none).
 int64_t r16_copy_bytes(int64_t N, int64_t K, int64_t format) {
   return scratchlm::r16_copy_bytes(static_cast<int>(format), N, K);
@@ -398,9 +450,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // The kernels touch no Python object: they release the GIL, so a server's event loop streams the last token
   // while the next step runs (and waits no GIL switch interval for the step to hand it back).
   using nogil = pybind11::call_guard<pybind11::gil_scoped_release>;
-  m.def("linear_blocks", &linear_blocks, nogil(), "x (B, K) fp32 @ W^T -> (B, N), W (N, K) as bytes in a format code");
+  m.def("linear_blocks", &linear_blocks, nogil(), "x (B, K) fp32 @ W^T -> (B, N), W (N, K) as bytes in a format code "
+        "(r16: its repacked copy, read instead)", pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("N"),
+        pybind11::arg("K"), pybind11::arg("format"), pybind11::arg("r16") = pybind11::none());
   m.def("dequantize", &dequantize, nogil(), "block bytes (N rows of K values) in a format code -> fp32 (N, K), the kernels' widening",
-        pybind11::arg("w"), pybind11::arg("N"), pybind11::arg("K"), pybind11::arg("format"), pybind11::arg("out") = pybind11::none());
+        pybind11::arg("w"), pybind11::arg("N"), pybind11::arg("K"), pybind11::arg("format"), pybind11::arg("out") = pybind11::none(),
+        pybind11::arg("r16") = pybind11::none());
   m.def("linear_f32", &linear_f32, nogil(), "x (B, K) fp32 @ W (N, K) fp32 ^T -> (B, N)");
   m.def("linear_bf16", &linear_bf16, nogil(), "x (B, K) fp32 @ W (N, K) bf16 ^T -> (B, N)");
   m.def("has_avx512", &has_avx512, "built with the AVX-512 inner loops");
@@ -411,6 +466,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "the default where built) or the fp32 kernels; returns the old value");
   m.def("repack_r16", &repack_r16, nogil(), "Q4_K / Q4_0 bytes (N rows, N % 16 == 0, of K values, K % 256 == 0), "
         "format -> the copy one batch row reads, 16 rows interleaved (gemv_r16.h)");
+  m.def("release_file_pages", &release_file_pages, nogil(), "drop the resident pages inside a tensor's bytes when "
+        "they are a private file mapping's (the GGUF reader's); returns the bytes dropped (0: none)");
   m.def("r16_copy_bytes", &r16_copy_bytes, "N, K, format -> the bytes repack_r16 makes of such a part (0: none)");
   m.def("has_fixed24", &has_fixed24, "built with gemv_fixed24.h (AVX512-VNNI)");
   m.def("has_fixed24_b32", &has_fixed24_b32, "built with gemv_fixed24_b32.h (AVX512-VNNI, VBMI and BITALG)");

@@ -14,6 +14,7 @@
 
 #include "aligned_buffer.h"
 #include "gemm_micro.h"
+#include "weight_rows.h"
 
 namespace scratchlm {
 
@@ -26,8 +27,8 @@ inline void sub_block(const float* a, int64_t lda, const float* b, int64_t ldb, 
                       _mm512_sub_ps(_mm512_load_ps(a + r * lda + e), _mm512_load_ps(b + r * ldb + e)));
 }
 
-// One level of Strassen-Winograd on the first `pairs` pairs of R-row groups of a row block (wb: its first row's
-// bytes), for the packed tokens' first xp.units units of four tiles (64 token slots): per (pair, unit, SW_K-column
+// One level of Strassen-Winograd on the first `pairs` pairs of R-row groups of a row block (its first row: row0 of
+// src), for the packed tokens' first xp.units units of four tiles (64 token slots): per (pair, unit, SW_K-column
 // chunk) the 2 x 2 x 2 block product C = A B (A: the unit's tokens x the chunk's columns, halves of 32 tokens and
 // SW_HALF columns; B = W^T: the chunk x the pair, halves of SW_HALF columns and R rows) in 7 micro-kernel products
 // instead of 8:
@@ -42,7 +43,7 @@ inline void sub_block(const float* a, int64_t lda, const float* b, int64_t ldb, 
 // a largest |value| in [0.5, 1) first (PackedX) so that no token's error grows with another's scale; a few more
 // fp32 roundings per output than the plain order (tests/kernels/test_strassen.py: within the same fp32 bound).
 template <typename Block>
-inline void strassen_rows(const PackedX& xp, const uint8_t* wb, int64_t row_bytes, int64_t pairs, float* sums,
+inline void strassen_rows(const PackedX& xp, const WeightRows<Block>& src, int64_t row0, int64_t pairs, float* sums,
                           FloatBuf& prods, FloatBuf& wq) {
   constexpr int R = GEMM_R;
   constexpr int64_t KC = SW_HALF, NT = GEMM_NT, P = 2 * R * NT;  // P: one product's floats
@@ -59,12 +60,12 @@ inline void strassen_rows(const PackedX& xp, const uint8_t* wb, int64_t row_byte
   for (int64_t c = 0; c < xp.chunks; ++c) {
     const int64_t k0 = c * SW_K, k1 = k0 + KC;
     for (int64_t p = 0; p < pairs; ++p) {
-      const uint8_t* w0 = wb + 2 * p * R * row_bytes;  // the pair's first R rows; its second R at + R * row_bytes
-      widen_slice<Block>(w0, row_bytes, R, k0, SW_K, wa);
-      widen_slice<Block>(w0 + R * row_bytes, row_bytes, R, k0, SW_K, wb2);
+      const int64_t w0 = row0 + 2 * p * R;  // the pair's first R rows; its second R from w0 + R
+      src.widen(w0, R, k0, SW_K, wa);
+      src.widen(w0 + R, R, k0, SW_K, wb2);
       {  // the next pair's bytes (or the first pair's of the next chunk) while this pair's products run
         const int64_t np = p + 1 < pairs ? p + 1 : 0, nk = p + 1 < pairs ? k0 : k0 + SW_K;
-        if (nk < K) prefetch_slice<Block>(wb + 2 * np * R * row_bytes, row_bytes, 2 * R, nk, SW_K);
+        if (nk < K) src.prefetch(row0 + 2 * np * R, 2 * R, nk, SW_K);
       }
       for (int64_t j = units * 4; j < tiles; j += 2) {  // the tokens past the units: the plain micro-kernels
         const float* xt = xp.t + (j * K + k0) * NT;

@@ -7,7 +7,7 @@ exactly, kernels/csrc/blocks.h) and an 8-bit-activation ("A8 row") kernel on the
 per block of the type first, integer dot products: kernels/csrc/gemv_a8_blocks.h); Q8_0 and Q4_1 also have
 the repacked 16-row-interleaved A8 kernels (gemv_a8.h). One batch row of a Q4_K or Q4_0 matrix reads a copy of its
 blocks repacked 16 rows at a time where the build has gemv_fixed24.h (`repacked`, gemv_r16.h; SCRATCHLM_REPACK=0:
-none).
+none); the copy then replaces the blocks for every route.
 """
 
 from __future__ import annotations
@@ -81,9 +81,8 @@ def dequantize(mod: ModuleType, blocks: GGMLBlocks, out: torch.Tensor | None = N
 
 
 def repack_enabled() -> bool:
-    """False when the environment turns the repacked Q4_K / Q4_0 copies off (SCRATCHLM_REPACK=0): one-row decode
-    then reads the file's blocks in place (gemv_fixed24*.h, ~0.85x the copy's speed on the 1B Q4_K_M file) and the
-    process holds the file's size, not ~1.7x a Q4_K_M file's (benchmarks/RESULTS.md)."""
+    """False when the environment turns the repacked Q4_K / Q4_0 copies off (SCRATCHLM_REPACK=0): decoding
+    then reads the file's blocks in place (gemv_fixed24*.h, ~0.85x the copy's speed on the 1B Q4_K_M file)."""
     return os.environ.get(REPACK_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 

@@ -37,9 +37,9 @@ class LoadedModel:
         if memory["blocks"]:
             mode = resolve_decode(self.model, "auto")
             copy = repacked_memory(self.model) if mode == "fast-gguf" else 0
-            dtype = (f"on the file's own blocks ({memory['blocks'] / 1e6:.1f} MB mapped + {memory['dense'] / 1e6:.1f} "
-                     f"MB {dtype}{f' + {copy / 1e6:.1f} MB repacked for one-row decode' if copy else ''}; "
-                     f"decode {mode})")
+            copied = f", {copy / 1e6:.1f} MB of them repacked in their place" if copy else ""
+            dtype = (f"on the file's own blocks ({memory['blocks'] / 1e6:.1f} MB mapped{copied} + "
+                     f"{memory['dense'] / 1e6:.1f} MB {dtype}; decode {mode})")
         else:
             dtype = f"{dtype} ({memory['dense'] / 1e6:.1f} MB)"
         stored = ", ".join(f"{n} {t}" for t, n in sorted(self.weight_types.items(), key=lambda kv: -kv[1]))

@@ -1,6 +1,7 @@
-// One batch row of a Q4_K or Q4_0 matrix from a copy of its blocks repacked 16 rows at a time, lanes = rows
-// (AVX512-VNNI): x as gemv_fixed24.h's 24-bit fixed point, its digits broadcast, every product and 16-value sum exact
-// in integers.
+// Q4_K and Q4_0 matrices from a copy of their blocks repacked 16 rows at a time, lanes = rows (AVX512-VNNI): up to
+// 64 batch rows with x as gemv_fixed24.h's 24-bit fixed point, its digits broadcast, every product and 16-value sum
+// exact in integers; past that, and for dequantize, the copy widened to the blocks' fp32 values (r16_widen_row:
+// block_gemm.h's GEMM through weight_rows.h).
 //
 // gemv_fixed24.h reads the file's blocks in place: a register holds 64 values of one row, so each 64 weights
 // also cost a permute of the scales, a conversion and an FMA, and two shifts join the three digit planes (~9
@@ -12,13 +13,14 @@
 //   y_r = sum over 32-value blocks s ( s_rs 2^-k_s * sum of its two P_r  +  t_rs * sum_s x~ )
 // with w = s q + t: Q4_K s = d sc, t = -dmin m; Q4_0 s = d, t = -8 d (all exact in fp32): the same terms as
 // gemv_fixed24.h's (x~ = X 2^-k, per 32 values, so K must be a multiple of 256 for both types), another fp32 order.
-// In cache one Zen 4 core runs 25-26 GB/s of Q4_K against gemv_fixed24.h's 17; the 1B Q4_K_M decode on two
-// threads 1.03-1.22x (benchmarks/RESULTS.md, sixteenth session). Made by default where built (kernels/ops.py's
-// `repacked`; SCRATCHLM_REPACK=0: none).
+// In cache one Zen 4 core runs 25-26 GB/s of Q4_K against gemv_fixed24.h's 17. Made by default where built
+// (kernels/ops.py's `repacked`; SCRATCHLM_REPACK=0: none).
 //
-// The copy is made once per matrix (repack_r16) and read only by one batch row; prompts and the other routes read
-// the file's blocks, so the process holds both (a layout that replaced the blocks would need block_gemm.h / gemv.h /
-// dequantize to read it). Per 16 rows and 256 values:
+// The copy is made once per matrix (repack_r16) and then replaces the blocks: ops.py drops the file's pages under
+// the matrix and every route reads the copy. (A Q6_K copy in the same form, its qh planes beside the lines, ran
+// 0.85-0.91x the in-place gemv_fixed24.h in the 1B Q6_K decode: one stream per 16-row group draws less DRAM
+// bandwidth than that kernel's 4 rows' streams, with or without software prefetch; RESULTS.md.) Per 16 rows and
+// 256 values:
 //   Q4_K (R16Q4K, 2368 bytes for 16 x 144): d[16], dmin[16] fp16; sc[8][16], m[8][16] the 6-bit scale and min of
 //        sub-block s of row r, one byte each; qs[32][64]
 //   Q4_0 (R16Q40, 2304 bytes: 16 x 8 blocks of 18): d[8][16] fp16 of block s of row r; qs[32][64]

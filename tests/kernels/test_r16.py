@@ -1,4 +1,5 @@
-"""Q4_K and Q4_0 from the copy repacked 16 rows at a time (gemv_r16.h, weight_rows.h; AVX512-VNNI builds).
+"""Q4_K, Q4_0, Q2_K and Q3_K from the copy repacked 16 rows at a time (gemv_r16.h, r16_layout.h, weight_rows.h;
+AVX512-VNNI builds).
 
 The copy is made by `ops.repacked` and then replaces the blocks: read through the kernels' `Linear`, `linear_blocks`
 and `dequantize`; the reference is float64 on the dequantized matrix (quant/dequantize.py) with x rounded as
@@ -48,8 +49,11 @@ def test_copy_by_default_and_switched_off(monkeypatch) -> None:
     layers = torch.nn.ModuleList([BlockLinear(llama_cpp_blocks("Q4_K", 32, 512, seed=2)),
                                   BlockLinear(llama_cpp_blocks("Q6_K", 32, 512, seed=2)),
                                   BlockLinear(llama_cpp_blocks("Q4_0", 32, 512, seed=2))])
-    # Q4_K: 2 groups x 2 super-blocks x 2368; Q4_0: its own 32 x 16 blocks x 18 bytes
+    # Q4_K: 2 groups x 2 super-blocks x 2368; Q4_0: its own 32 x 16 blocks x 18 bytes; Q6_K: none
     assert repacked_memory(layers) == (4 * 2368 + 32 * 16 * 18 if made else 0)
+    low = torch.nn.ModuleList([BlockLinear(llama_cpp_blocks("Q2_K", 32, 512, seed=2)),
+                               BlockLinear(llama_cpp_blocks("Q3_K", 32, 512, seed=2))])
+    assert repacked_memory(low) == (4 * 1344 + 4 * 1824 if made else 0)  # Q2_K 16 x 84; Q3_K 16 x 110 + 64
     monkeypatch.setenv(ops.REPACK_ENV, "0")
     assert ops.repacked(mod, llama_cpp_blocks("Q4_K", 16, 256, seed=1)) is None
     assert ops.repacked_bytes(mod, blocks) == 0 and repacked_memory(layers) == 0
@@ -66,7 +70,7 @@ def check_one_row(lin, w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("source", ["random", "llama.cpp"])
-@pytest.mark.parametrize("type_name", ["Q4_K", "Q4_0"])
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q4_0", "Q2_K", "Q3_K"])
 def test_repacked_equals_rounded_x_in_float64(kernels, type_name: str, source: str) -> None:
     maker = random_blocks if source == "random" else llama_cpp_blocks
     for n, k in [(16, 256), (48, 512), (1024, 2048)]:  # one group; 3 groups; threads' chunks
@@ -149,7 +153,7 @@ def test_repacked_switch_and_checks(kernels) -> None:
 
 
 @pytest.mark.parametrize("source", ["random", "llama.cpp"])
-@pytest.mark.parametrize("type_name", ["Q4_K", "Q4_0"])
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q4_0", "Q2_K", "Q3_K"])
 def test_copy_widens_to_the_dequantized_values(kernels, type_name: str, source: str) -> None:
     maker = random_blocks if source == "random" else llama_cpp_blocks
     blocks = maker(type_name, 48, 768, seed=3)

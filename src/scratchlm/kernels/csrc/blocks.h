@@ -175,19 +175,25 @@ struct Q2_KBlock {
 
 // [hmask 32][qs 64][scales 12][d f16]: w = (d (sc - 32)) (q - 4), q = the 2-bit q (as Q2_K) | bit c of
 // hmask[l] << 2 (a set hmask bit: q - 4 + 4). sc: the 16 scales d (sc - 32), then the offsets -4 d (sc - 32)
+// A Q3_K block's 12 scale bytes (at p) as its 16 six-bit scales, one per byte (ggml's unpacking; out: 16 bytes)
+inline void q3k_scales(const uint8_t* p, uint8_t* out) {
+  uint32_t aux[4];
+  std::memcpy(aux, p, 12);
+  const uint32_t m2 = 0x0f0f0f0f, m1 = 0x03030303, tmp = aux[2];
+  aux[2] = ((aux[0] >> 4) & m2) | (((tmp >> 4) & m1) << 4);
+  aux[3] = ((aux[1] >> 4) & m2) | (((tmp >> 6) & m1) << 4);
+  aux[0] = (aux[0] & m2) | (((tmp >> 0) & m1) << 4);
+  aux[1] = (aux[1] & m2) | (((tmp >> 2) & m1) << 4);
+  std::memcpy(out, aux, 16);
+}
+
 struct Q3_KBlock {
   static constexpr int64_t QK = 256, BYTES = 110;
   static constexpr bool SIGNED = false;
   static void prepare(const uint8_t* p, float* sc) {
-    uint32_t aux[4];  // ggml's unpacking of the 12 bytes into 16 six-bit scales, one per byte
-    std::memcpy(aux, p + 96, 12);
-    const uint32_t m2 = 0x0f0f0f0f, m1 = 0x03030303, tmp = aux[2];
-    aux[2] = ((aux[0] >> 4) & m2) | (((tmp >> 4) & m1) << 4);
-    aux[3] = ((aux[1] >> 4) & m2) | (((tmp >> 6) & m1) << 4);
-    aux[0] = (aux[0] & m2) | (((tmp >> 0) & m1) << 4);
-    aux[1] = (aux[1] & m2) | (((tmp >> 2) & m1) << 4);
-    const VF s = vmul(vadd(u8_f(load_b16(reinterpret_cast<const uint8_t*>(aux))), vset1(-32.0f)),
-                      vset1(fp16_to_f32(p + 108)));
+    alignas(16) uint8_t six[16];
+    q3k_scales(p + 96, six);
+    const VF s = vmul(vadd(u8_f(load_b16(six)), vset1(-32.0f)), vset1(fp16_to_f32(p + 108)));
     vstore(sc, s);
     vstore(sc + 16, vmul(s, vset1(-4.0f)));
   }

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "gemm_micro.h"
-#include "gemv_r16.h"
+#include "r16_layout.h"
 
 namespace scratchlm {
 

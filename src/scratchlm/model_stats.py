@@ -58,7 +58,7 @@ def weight_memory(model: nn.Module) -> dict[str, int]:
 
 
 def repacked_memory(model: nn.Module) -> int:
-    """Bytes of the repacked copies the decoder makes of the model's Q4_K / Q4_0 block matrices
+    """Bytes of the repacked copies the decoder makes of the model's Q4_K / Q4_0 / Q2_K / Q3_K block matrices
     (kernels/ops.py's `repacked`: 16 rows interleaved; they replace the file's pages of those matrices; 0 without
     the kernels or with SCRATCHLM_REPACK=0)."""
     mod, seen, total = native_kernels(), set(), 0

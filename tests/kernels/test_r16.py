@@ -144,7 +144,7 @@ def test_repacked_switch_and_checks(kernels) -> None:
         kernels.Linear([ops.FORMAT_CODES["Q4_K"]], [blocks.data], [32], 512, None, None, None,
                        [torch.zeros(100, dtype=torch.uint8)])
     q6 = llama_cpp_blocks("Q6_K", 32, 512, seed=4)
-    with pytest.raises(RuntimeError, match="for a Q4_K / Q4_0 part"):
+    with pytest.raises(RuntimeError, match="for a Q4_K / Q4_0 / Q2_K / Q3_K part"):
         kernels.Linear([ops.FORMAT_CODES["Q6_K"]], [q6.data], [32], 512, None, None, None,
                        [ops.repacked(kernels, blocks)])
     with pytest.raises(RuntimeError, match="N a multiple of 16"):

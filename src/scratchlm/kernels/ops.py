@@ -5,9 +5,9 @@ F.linear on the dequantized fp32 matrix). The kernels take contiguous fp32 x and
 Every ggml block type quant/dequantize.py reads has an exact kernel (fp32 x times the block widened
 exactly, kernels/csrc/blocks.h) and an 8-bit-activation ("A8 row") kernel on the blocks in place (x rounded
 per block of the type first, integer dot products: kernels/csrc/gemv_a8_blocks.h); Q8_0 and Q4_1 also have
-the repacked 16-row-interleaved A8 kernels (gemv_a8.h). One batch row of a Q4_K or Q4_0 matrix reads a copy of its
-blocks repacked 16 rows at a time where the build has gemv_fixed24.h (`repacked`, gemv_r16.h; SCRATCHLM_REPACK=0:
-none); the copy then replaces the blocks for every route.
+the repacked 16-row-interleaved A8 kernels (gemv_a8.h). A Q4_K, Q4_0, Q2_K or Q3_K matrix is read from a copy of
+its blocks repacked 16 rows at a time where the build has gemv_fixed24.h (`repacked`, r16_layout.h / gemv_r16.h;
+SCRATCHLM_REPACK=0: none); the copy replaces the blocks for every route.
 """
 
 from __future__ import annotations
@@ -81,16 +81,16 @@ def dequantize(mod: ModuleType, blocks: GGMLBlocks, out: torch.Tensor | None = N
 
 
 def repack_enabled() -> bool:
-    """False when the environment turns the repacked Q4_K / Q4_0 copies off (SCRATCHLM_REPACK=0): decoding
+    """False when the environment turns the repacked Q4_K / Q4_0 / Q2_K / Q3_K copies off (SCRATCHLM_REPACK=0): decoding
     then reads the file's blocks in place (gemv_fixed24*.h, ~0.85x the copy's speed on the 1B Q4_K_M file)."""
     return os.environ.get(REPACK_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def repacked_bytes(mod: ModuleType | None, blocks: GGMLBlocks) -> int:
-    """Bytes of the copy `repacked` makes of this matrix, 0 where it makes none: it makes one of a Q4_K or Q4_0
-    matrix on the CPU of whole 16-row groups, K a multiple of 256, where the build has gemv_fixed24.h (AVX512-VNNI)
-    and copies are not turned off (SCRATCHLM_REPACK=0); Q4_K's copy is its blocks' bytes x 2368 / 2304, Q4_0's as
-    many (gemv_r16.h)."""
+    """Bytes of the copy `repacked` makes of this matrix, 0 where it makes none: it makes one of a Q4_K, Q4_0, Q2_K
+    or Q3_K matrix on the CPU of whole 16-row groups, K a multiple of 256, where the build has gemv_fixed24.h
+    (AVX512-VNNI) and copies are not turned off (SCRATCHLM_REPACK=0); Q4_K's copy is its blocks' bytes x 2368 / 2304,
+    Q3_K's x 1824 / 1760, Q4_0's and Q2_K's as many (r16_layout.h)."""
     if mod is None or blocks.ggml_type not in FORMAT_CODES or blocks.data.device.type != "cpu" or not repack_enabled():
         return 0
     n, k = blocks.shape
@@ -103,7 +103,7 @@ def _key(blocks: GGMLBlocks) -> tuple[int, int, int]:
 
 
 def repacked(mod: ModuleType, blocks: GGMLBlocks) -> torch.Tensor | None:
-    """The copy of a Q4_K / Q4_0 matrix repacked 16 rows at a time (gemv_r16.h), made once per matrix and shared by
+    """The copy of a Q4_K / Q4_0 / Q2_K / Q3_K matrix repacked 16 rows at a time (r16_layout.h), made once per matrix and shared by
     every `Linear` over it (the C++ step's and the packed layers'); None where `repacked_bytes` is 0.
 
     The copy then replaces the blocks: every kernel route reads it (one batch row through gemv_r16.h, the others

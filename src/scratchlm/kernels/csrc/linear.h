@@ -29,7 +29,7 @@ struct Linear {
   int64_t N = 0, K = 0;
 
   // formats[i], ws[i] (N_i rows): the parts top to bottom; K the common row length. r16[i], where given and
-  // defined: part i's Q4_K / Q4_0 blocks repacked by repack_r16 (one batch row reads it; shared between Linears).
+  // defined: part i's Q4_K / Q4_0 / Q2_K / Q3_K blocks repacked by repack_r16 (read instead of them; shared).
   Linear(std::vector<int> formats, std::vector<torch::Tensor> ws_, std::vector<int64_t> rows, int64_t K_,
          std::optional<torch::Tensor> in, std::optional<torch::Tensor> out, std::optional<torch::Tensor> b,
          std::vector<std::optional<torch::Tensor>> r16 = {})
@@ -51,7 +51,7 @@ struct Linear {
   // The last part's repacked copy (gemv_r16.h), checked against the part's shape, kept alive here.
   void add_r16(const torch::Tensor& t) {
     MatrixRef& p = parts.back();
-    TORCH_CHECK(can_repack(p.format, p.N, K), "a repacked copy is for a Q4_K / Q4_0 part of whole 16-row groups, K a "
+    TORCH_CHECK(can_repack(p.format, p.N, K), "a repacked copy is for a Q4_K / Q4_0 / Q2_K / Q3_K part of whole 16-row groups, K a "
                 "multiple of 256, in a build with gemv_fixed24.h (format ", p.format, ", ", p.N, " x ", K, ")");
     const int64_t bytes = r16_copy_bytes(p.format, p.N, K);
     TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == torch::kUInt8 && t.is_contiguous() && t.numel() == bytes,

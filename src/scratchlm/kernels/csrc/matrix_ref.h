@@ -4,7 +4,8 @@
 // of Q8_0 / Q4_0 / Q5_0 / Q4_K / Q5_K / Q6_K on AVX2, Q5_K / Q6_K on AVX-512: gemv_centered.h, the same function
 // by sub-block sums; one batch row of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K with AVX512-VNNI: gemv_fixed24.h, x as 24-bit
 // fixed point; Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS with VBMI and BITALG too: gemv_fixed24_b32.h, the same
-// rounding; Q4_K and Q4_0 from a copy repacked 16 rows at a time where one was made (r16: gemv_r16.h), the same x).
+// rounding; Q4_K / Q4_0 / Q2_K / Q3_K from a copy repacked 16 rows at a time where one was made (r16: gemv_r16.h,
+// the same x; it then replaces the blocks: past 64 rows the GEMM widens it, weight_rows.h).
 // Q8_0_A8 / Q4_1_A8: x quantized to 8 bits per 32-block first, integer dot products (gemv_a8.h); `data`
 // then points at the repacked weights and `aux` at their fp16 scales.
 // A8_ROW + a block format: x quantized to 8 bits per block of that type, integer dot products on the ggml
@@ -67,7 +68,7 @@ bool visit_blocks(int format, Fn&& fn) {
   }
 }
 
-// Whether a part of `rows` rows of K values in `format` can have a repacked copy (gemv_r16.h: Q4_K / Q4_0 where
+// Whether a part of `rows` rows of K values in `format` can have a repacked copy (r16_layout.h: Q4_K / Q4_0 / Q2_K / Q3_K where
 // built, whole 16-row groups, K a multiple of 256), and the copy's bytes (0 where it cannot).
 inline int64_t r16_copy_bytes(int format, int64_t rows, int64_t K) {
   int64_t bytes = 0;
@@ -136,7 +137,7 @@ struct MatrixRef {
   const float* bias;
   const uint16_t* aux = nullptr;  // A8 formats: the fp16 scales
   int64_t ld = 0;                 // row stride of y and residual (0: N); a part of a taller matrix has more
-  const uint8_t* r16 = nullptr;   // Q4_K / Q4_0: the blocks repacked 16 rows at a time (gemv_r16.h), for one row
+  const uint8_t* r16 = nullptr;   // the blocks repacked 16 rows at a time (r16_layout.h), read instead of data
 
   int64_t ldy() const { return ld ? ld : N; }
 

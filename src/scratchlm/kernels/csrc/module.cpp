@@ -380,11 +380,11 @@ bool set_fixed24(bool on) { return scratchlm::fixed24_enabled.exchange(on); }
 // the old value.
 bool set_strassen(bool on) { return scratchlm::strassen_enabled.exchange(on); }
 
-// Q4_K / Q4_0 blocks (N rows of K values, N a multiple of 16, K of 256) -> a copy repacked 16 rows at a time
+// Q4_K / Q4_0 / Q2_K / Q3_K blocks (N rows of K values, N a multiple of 16, K of 256) -> a copy repacked 16 rows at a time
 // (gemv_r16.h).
 torch::Tensor repack_r16(const torch::Tensor& w, int64_t N, int64_t K, int64_t format) {
   const int f = static_cast<int>(format);
-  TORCH_CHECK(scratchlm::can_repack(f, N, K), "repack_r16: needs gemv_fixed24.h (AVX512-VNNI), a Q4_K / Q4_0 format, "
+  TORCH_CHECK(scratchlm::can_repack(f, N, K), "repack_r16: needs gemv_fixed24.h (AVX512-VNNI), a Q4_K / Q4_0 / Q2_K / Q3_K format, "
               "N a multiple of 16 and K of 256, got format ", format, " (", N, ", ", K, ")");
   const MatrixRef m = matrix(w, N, K, f);
   auto out = torch::empty({scratchlm::r16_copy_bytes(f, N, K)}, torch::kUInt8);
@@ -464,7 +464,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_fixed24", &set_fixed24, "one batch row of the K-quants Q2_K-Q6_K (and Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS with "
         "VBMI and BITALG) with x as 24-bit fixed point and integer dot products (gemv_fixed24.h, gemv_fixed24_b32.h: "
         "the default where built) or the fp32 kernels; returns the old value");
-  m.def("repack_r16", &repack_r16, nogil(), "Q4_K / Q4_0 bytes (N rows, N % 16 == 0, of K values, K % 256 == 0), "
+  m.def("repack_r16", &repack_r16, nogil(), "Q4_K / Q4_0 / Q2_K / Q3_K bytes (N rows, N % 16 == 0, of K values, K % 256 == 0), "
         "format -> the copy one batch row reads, 16 rows interleaved (gemv_r16.h)");
   m.def("release_file_pages", &release_file_pages, nogil(), "drop the resident pages inside a tensor's bytes when "
         "they are a private file mapping's (the GGUF reader's); returns the bytes dropped (0: none)");

@@ -1,6 +1,6 @@
 // The rows of one weight matrix as the prompt GEMM (block_gemm.h, strassen_gemm.h) and the dequantization read
 // them: the file's ggml blocks, row_bytes apart, or, where one was made, the copy repacked 16 rows at a time
-// (gemv_r16.h: Q4_K / Q4_0), which is then the matrix's only storage read (kernels/ops.py drops the file's pages).
+// (r16_layout.h: Q4_K / Q4_0 / Q2_K / Q3_K), which is then the matrix's only storage read (kernels/ops.py drops the file's pages).
 // Either way a slice widens to the same fp32 values, bit for bit (widen_block's).
 
 #pragma once

@@ -192,5 +192,5 @@ def test_native_step_reads_a_block_embedding_table(embed_type: str) -> None:
             assert torch.equal(got, want)
             tok = want.argmax(-1)
     assert torch.equal(caches[0].k, caches[1].k) and torch.equal(caches[0].v, caches[1].v)
-    if embed_type not in ("F16", "BF16"):  # two batch rows read the Q4_K copies through gemv_r16.h: x as 24 bits
+    if embed_type not in ("F16", "BF16"):  # two batch rows read the copies (Q4_K / Q3_K / Q2_K) through gemv_r16.h
         compare(bm, "gguf", b=2, rel=1e-5 if native().has_fixed24() else 0.0)

@@ -37,8 +37,8 @@ inline __m512i bcast4(const int8_t* p) {
 }
 
 // Rows 16 g .. 16 g + 15 for NB batch rows (x of batch row b: xs[b]) into out[b * 16 + r]: each weight register
-// loaded once and multiplied with every batch row's digits (the passes of up to 8 rows of a short batch read the
-// copy NB at a time). The group's bytes are one stream, and the next group's follow: the prefetch 3 KB ahead runs
+// loaded once and multiplied with every batch row's digits (r16_rows reads each group once per 4 batch rows of a
+// batch of up to 64). The group's bytes are one stream, and the next group's follow: the prefetch 3 KB ahead runs
 // on into them (two groups at once, two streams with a cold start each, ran 0.95-0.98x gemv_fixed24.h in the 1B
 // decode where this runs 1.09-1.22x; 6 and 10 KB ahead 1.00-1.20x).
 template <typename Block, int NB>

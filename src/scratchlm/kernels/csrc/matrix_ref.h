@@ -218,7 +218,7 @@ struct MatrixRef {
   bool a8_gemm(int64_t B) const { return B >= GEMM_MIN_ROWS && is_a8_row(format) && has_a8_gemm(); }
 
   // True when B rows of x go through block_gemm.h (x packed once per call) rather than gemv.h's passes: from
-  // GEMM_MIN_ROWS rows, and for every B the repacked copy's one-row kernel does not take (the copy replaces the
+  // GEMM_MIN_ROWS rows, and for every B gemv_r16.h does not take from a repacked copy (the copy replaces the
   // blocks: gemv.h's passes read them in place).
   bool gemm(int64_t B) const {
     return is_plain_blocks(format) && (B >= GEMM_MIN_ROWS || (r16 != nullptr && !r16_route(B)));

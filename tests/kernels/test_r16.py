@@ -166,6 +166,23 @@ def test_copy_widens_to_the_dequantized_values(kernels, type_name: str, source: 
     assert torch.equal(from_copy, kernels.linear_blocks(x, blocks.data, 48, 768, ops.FORMAT_CODES[type_name]))
 
 
+def test_copy_made_once_across_threads(kernels) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import threading
+
+    blocks = random_blocks("Q4_K", 4096, 2048, seed=12)  # a repack long enough (the GIL released) to overlap
+    start = threading.Barrier(4)
+
+    def build(_: int) -> torch.Tensor:
+        start.wait()  # decoders built on several threads at once
+        return ops.repacked(kernels, blocks)
+
+    with ThreadPoolExecutor(4) as pool:
+        copies = list(pool.map(build, range(4)))
+    assert all(c is copies[0] for c in copies)  # one copy, shared
+
+
 def resident_kb(t: torch.Tensor) -> int:
     """Resident kB of the mapping that holds t's first byte (/proc/self/smaps)."""
     addr = t.data_ptr()

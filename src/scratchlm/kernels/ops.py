@@ -13,6 +13,7 @@ SCRATCHLM_REPACK=0: none); the copy replaces the blocks for every route.
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from types import ModuleType
 
@@ -34,6 +35,7 @@ DENSE_TYPES = ("F32", "F16", "BF16")
 
 REPACK_ENV = "SCRATCHLM_REPACK"  # 0 / false / off / no: no repacked copies (memory the file's size, slower b1)
 _REPACKED: dict[tuple[int, int, int], torch.Tensor] = {}  # (data_ptr, N, K) of a matrix's blocks -> its copy
+_REPACKING = threading.Lock()  # decoders built on two threads at once make each copy once
 
 
 def native_kernels() -> ModuleType | None:
@@ -113,12 +115,13 @@ def repacked(mod: ModuleType, blocks: GGMLBlocks) -> torch.Tensor | None:
     if repacked_bytes(mod, blocks) == 0:
         return None
     key = _key(blocks)
-    if key not in _REPACKED:
-        n, k = blocks.shape
-        _REPACKED[key] = mod.repack_r16(blocks.data, n, k, FORMAT_CODES[blocks.ggml_type])
-        weakref.finalize(blocks.data, _REPACKED.pop, key, None)  # dropped with the matrix it was made from
-        mod.release_file_pages(blocks.data)
-    return _REPACKED[key]
+    with _REPACKING:
+        if key not in _REPACKED:
+            n, k = blocks.shape
+            _REPACKED[key] = mod.repack_r16(blocks.data, n, k, FORMAT_CODES[blocks.ggml_type])
+            weakref.finalize(blocks.data, _REPACKED.pop, key, None)  # dropped with the matrix it was made from
+            mod.release_file_pages(blocks.data)
+        return _REPACKED[key]
 
 
 def block_linear(mod: ModuleType, parts: tuple[GGMLBlocks, ...] | list[GGMLBlocks],

@@ -79,55 +79,58 @@ inline int64_t r16_bytes(int64_t rows, int64_t K) {
   return rows / 16 * (K / 256) * static_cast<int64_t>(sizeof(R16Group<Block>));
 }
 
-// The 6-bit scale and min of sub-block j (ggml's get_scale_min_k4) from a block's 12 scale bytes.
-inline void k4_scale_min(const uint8_t* q, int j, uint8_t& sc, uint8_t& m) {
-  if (j < 4) {
-    sc = q[j] & 63, m = q[j + 4] & 63;
-  } else {
-    sc = static_cast<uint8_t>((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
-    m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
-// Values 8 i .. 8 i + 7 as the copy's 4 bytes: 8 bytes at p, their low (high) nibbles when shift is 0 (4), the
-// first 4 in the low nibbles of the result, the last 4 in the high
-inline uint32_t r16_quad_pair(const uint8_t* p, int shift) {
-  uint64_t u;
-  std::memcpy(&u, p, 8);
-  u = (u >> shift) & 0x0f0f0f0f0f0f0f0full;
-  return static_cast<uint32_t>((u & 0xffffffffull) | ((u >> 32) << 4));
-}
-
-// Row r's super-block at b (Q2_K / Q3_K) into group o: its scales, and its q (blocks.h's quants: 0 .. 3 / 0 .. 7,
-// in value order) spread over the bit planes.
+// The 256 quants q of a row's super-block i (blocks.h's `quants`, unsigned, in value order) into q: one K-quant
+// block, or eight Q4_0 blocks.
 template <typename Block>
-inline void repack_planes(const uint8_t* b, int r, R16Group<Block>* o) {
-  constexpr bool k3 = std::is_same_v<Block, Q3_KBlock>;
-  alignas(16) uint8_t q[256];
+inline void super_block_quants(const uint8_t* row, int64_t i, uint8_t* q) {
   for (int c = 0; c < 8; ++c) {
+    const bool k = Block::QK == 256;
     B16 lo, hi;
-    Block::quants(b, c, lo, hi);
+    Block::quants(row + (k ? i : 8 * i + c) * Block::BYTES, k ? c : 0, lo, hi);
     store_b16(q + 32 * c, lo), store_b16(q + 32 * c + 16, hi);
   }
-  if constexpr (k3) {  // [hmask 32][qs 64][scales 12][d]
+}
+
+// Row r's super-block i (at row) into group o: its scales, and its quants q (super_block_quants) in the layout's
+// lines (nibbles) or bit planes.
+template <typename Block>
+inline void repack_super_block(const uint8_t* row, int64_t i, int r, R16Group<Block>* o) {
+  alignas(16) uint8_t q[256];
+  super_block_quants<Block>(row, i, q);
+  const uint8_t* b = row + i * Block::BYTES;  // the K-quants' block
+  if constexpr (std::is_same_v<Block, Q3_KBlock>) {  // [hmask 32][qs 64][scales 12][d]
     uint8_t six[16];
     q3k_scales(b + 96, six);
     for (int j = 0; j < 16; ++j) o->sc[j][r] = static_cast<int8_t>(six[j] - 32);
     std::memcpy(&o->d[r], b + 108, 2);
-  } else {  // [scales 16][qs 64][d][dmin]
+  } else if constexpr (std::is_same_v<Block, Q2_KBlock>) {  // [scales 16][qs 64][d][dmin]
     for (int j = 0; j < 16; ++j) o->sc[j][r] = b[j];
     std::memcpy(&o->d[r], b + 80, 2), std::memcpy(&o->dmin[r], b + 82, 2);
+  } else if constexpr (std::is_same_v<Block, Q4_KBlock>) {  // [d][dmin][scales 12][qs 128]
+    uint32_t u[4];  // the 8 six-bit scales, then the 8 mins
+    k4_unpack(b, u);
+    const auto* six = reinterpret_cast<const uint8_t*>(u);
+    for (int s = 0; s < 8; ++s) o->sc[s][r] = six[s], o->m[s][r] = six[8 + s];
+    std::memcpy(&o->d[r], b, 2), std::memcpy(&o->dmin[r], b + 2, 2);
+  } else {  // Q4_0: [d][qs 16] per 32 values
+    for (int s = 0; s < 8; ++s) std::memcpy(&o->d[s][r], row + (8 * i + s) * Q4_0Block::BYTES, 2);
   }
   for (int s = 0; s < 8; ++s)
-    for (int i = 0; i < 4; ++i) {
+    for (int k = 0; k < 4; ++k) {  // byte 4 r + k of line t = 4 s + u: values 8 t + k, 8 t + 4 + k
       uint8_t p0 = 0, p1 = 0, p2 = 0;
       for (int u = 0; u < 4; ++u) {
-        const uint8_t a = q[32 * s + 8 * u + i], c = q[32 * s + 8 * u + 4 + i];
-        p0 = static_cast<uint8_t>(p0 | (a & 3) << (2 * u)), p1 = static_cast<uint8_t>(p1 | (c & 3) << (2 * u));
-        p2 = static_cast<uint8_t>(p2 | (a >> 2) << u | (c >> 2) << (4 + u));
+        const uint8_t a = q[32 * s + 8 * u + k], c = q[32 * s + 8 * u + 4 + k];
+        if constexpr (r16_planes<Block>()) {
+          p0 = static_cast<uint8_t>(p0 | (a & 3) << (2 * u)), p1 = static_cast<uint8_t>(p1 | (c & 3) << (2 * u));
+          p2 = static_cast<uint8_t>(p2 | (a >> 2) << u | (c >> 2) << (4 + u));
+        } else {
+          o->qs[4 * s + u][4 * r + k] = static_cast<uint8_t>(a | c << 4);
+        }
       }
-      o->q[s][0][4 * r + i] = p0, o->q[s][1][4 * r + i] = p1;
-      if constexpr (k3) o->q[s][2][4 * r + i] = p2;
+      if constexpr (r16_planes<Block>()) {
+        o->q[s][0][4 * r + k] = p0, o->q[s][1][4 * r + k] = p1;
+        if constexpr (std::is_same_v<Block, Q3_KBlock>) o->q[s][2][4 * r + k] = p2;
+      }
     }
 }
 
@@ -135,38 +138,13 @@ inline void repack_planes(const uint8_t* b, int r, R16Group<Block>* o) {
 // (layout above).
 template <typename Block>
 inline void repack_r16(const uint8_t* w, int64_t rows, int64_t K, uint8_t* out) {
-  constexpr bool k4 = std::is_same_v<Block, Q4_KBlock>;
   const int64_t nsb = K / 256, row_bytes = K / Block::QK * Block::BYTES;
   at::parallel_for(0, rows / 16, 1, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g)
       for (int64_t i = 0; i < nsb; ++i)
-        for (int r = 0; r < 16; ++r) {
-          const uint8_t* row = w + (16 * g + r) * row_bytes;
-          if constexpr (r16_planes<Block>()) {
-            repack_planes<Block>(row + i * Block::BYTES, r, reinterpret_cast<R16Group<Block>*>(out) + g * nsb + i);
-          } else if constexpr (k4) {
-            auto* o = reinterpret_cast<R16Q4K*>(out) + g * nsb + i;
-            const uint8_t* b = row + i * Q4_KBlock::BYTES;  // [d][dmin][scales 12][qs 128]
-            std::memcpy(&o->d[r], b, 2), std::memcpy(&o->dmin[r], b + 2, 2);
-            for (int s = 0; s < 8; ++s) k4_scale_min(b + 4, s, o->sc[s][r], o->m[s][r]);
-            // qs[32 j + l]: value 64 j + l (low nibble), 64 j + 32 + l (high): values 8 t .. 8 t + 7 are nibbles
-            // (t % 8 >= 4: high) of the 8 bytes at 32 (t / 8) + 8 (t % 4)
-            for (int t = 0; t < 32; ++t) {
-              const uint32_t v = r16_quad_pair(b + 16 + 32 * (t / 8) + 8 * (t % 4), t % 8 >= 4 ? 4 : 0);
-              std::memcpy(&o->qs[t][4 * r], &v, 4);
-            }
-          } else {
-            auto* o = reinterpret_cast<R16Q40*>(out) + g * nsb + i;
-            for (int s = 0; s < 8; ++s) {
-              const uint8_t* b = row + (8 * i + s) * Q4_0Block::BYTES;  // [d][qs 16]: value l low, l + 16 high
-              std::memcpy(&o->d[s][r], b, 2);
-              for (int u = 0; u < 4; ++u) {  // values 8 u .. 8 u + 7 of the block: t = 4 s + u
-                const uint32_t v = r16_quad_pair(b + 2 + 8 * (u % 2), u >= 2 ? 4 : 0);
-                std::memcpy(&o->qs[4 * s + u][4 * r], &v, 4);
-              }
-            }
-          }
-        }
+        for (int r = 0; r < 16; ++r)
+          repack_super_block<Block>(w + (16 * g + r) * row_bytes, i, r,
+                                    reinterpret_cast<R16Group<Block>*>(out) + g * nsb + i);
   });
 }
 

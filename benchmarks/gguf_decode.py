@@ -10,6 +10,12 @@ Files (made once into --workdir, default ~/.cache/scratchlm-bench/gguf):
                 28 layers, 16/8 heads of 128, QK-norm, d_ff 3072, vocab 151936, tied; Gemma-3-270M: D 640, 18
                 layers, 4/1 heads of 256, d_ff 2048, vocab 262144, sliding window 512) written as F16 by gguf-py
                 and quantized by llama.cpp to Q4_K_M (--big)
+    phi3-mini / olmo2-1b / llama-8b / qwen3moe-a3b-4l   the same (--families) for Phi-3-mini's shape (D 3072,
+                32 layers, 32 heads of 96, MHA, d_ff 8192, vocab 32064; q | k | v and gate | up fused as llama.cpp's
+                phi3 holds them), OLMo-2-1B's (D 2048, 16 layers, 16 heads, d_ff 8192, vocab 100352; norms after
+                attention / FFN, QK-norm over the projections), Llama-3.1-8B's (D 4096, 32 layers, 32/8 heads,
+                d_ff 14336, vocab 128256; Mistral-7B's matrices are the same but for a 32000 vocab) and 4 of
+                Qwen3-30B-A3B's 48 layers (128 experts of 768, 8 used, 32/4 heads of 128; a 32000 vocab)
     llama-1b-*  the same 1B F16 file quantized by llama.cpp to Q2_K, Q3_K_M, IQ4_XS, Q4_0, Q5_K_M, Q6_K too
                 (--types-1b: the other types people download, at a size where they decide the speed)
 Each engine runs in its own process (peak RSS = that process's ru_maxrss, torch/Python runtime included),
@@ -26,9 +32,13 @@ b1_tok_s: greedy decode of --new-tokens after a --prompt-token prompt (decode st
 the --prompt tokens into an empty cache (after a 4-token warm-up on both sides); load_s: open the file to
 the model and its decode step ready.
 read_gb_s: a plain 2-thread reduction over 512 MB in the same run (the hardware's read rate).
+fma_peak_gflop_s: the two threads' fp32 FMA peak in the same run (fma_peak.py); per file matrix_gflop_per_token,
+exact_prefill_ceiling_tok_s (the peak / that: no plain fp32 GEMM passes it, a one-level Strassen one at most by
+8/7) and per engine prefill_gflop_s (the nominal FLOPs per token * prefill tok/s) and prefill_over_fma_peak
+(well above 1: 8-bit activations, llama.cpp's prompt and scratchlm's a8 mode).
 Prints one JSON object last: {"files": {NAME: {"type", "file_mb", "llamacpp": {...}, "scratchlm_default":
 {..., "mode"}, "scratchlm_a8": {...}}}, "read_gb_s": ...}.
-    python benchmarks/gguf_decode.py [--rounds 2] [--new-tokens 64] [--prompt 128] [--big] [--types-1b]
+    python benchmarks/gguf_decode.py [--rounds 2] [--new-tokens 64] [--prompt 128] [--big] [--types-1b] [--families]
                                      [--only NAME]
 """
 
@@ -57,6 +67,13 @@ BIG = {"llama-1b": dict(d=2048, layers=16, heads=32, kv=8, ff=8192, vocab=32000)
        # Gemma-3-270M's shape: GeGLU, sandwich norms, QK-norm, 5 sliding (window 512) : 1 full layers, 262k vocab
        "gemma3-270m": dict(d=640, layers=18, heads=4, kv=1, ff=2048, vocab=262144, arch="gemma3", head_dim=256,
                            tied=True)}
+# --families: the shapes of files people download in the other architectures and at 8B (Q4_K_M each)
+FAMILIES = {"phi3-mini": dict(d=3072, layers=32, heads=32, kv=32, ff=8192, vocab=32064, arch="phi3"),  # head 96, fused
+            "olmo2-1b": dict(d=2048, layers=16, heads=16, kv=16, ff=8192, vocab=100352, arch="olmo2"),
+            "llama-8b": dict(d=4096, layers=32, heads=32, kv=8, ff=14336, vocab=128256),  # Llama-3.1-8B / Mistral-7B
+            # 4 of Qwen3-30B-A3B's 48 layers (128 experts of 768, 8 used; 32/4 heads of 128), a 32000 vocab
+            "qwen3moe-a3b-4l": dict(d=2048, layers=4, heads=32, kv=4, ff=768, vocab=32000, arch="qwen3moe",
+                                    head_dim=128, experts=128, used=8)}
 
 
 def quantize_file(src: Path, dst: Path, ftype: int) -> Path:
@@ -96,9 +113,11 @@ def smollm2_files(work: Path) -> dict[str, Path]:
 
 
 def random_llama_f16(path: Path, d: int, layers: int, heads: int, kv: int, ff: int, vocab: int, arch: str = "llama",
-                     head_dim: int | None = None, tied: bool = False) -> Path:
-    """A random-weight Llama (Qwen3: + QK-norm; Gemma-3: + QK-norm, sandwich norms, GeGLU, sliding layers) GGUF in
-    F16 (gguf-py's writer; tokens are placeholders: ids are fed directly)."""
+                     head_dim: int | None = None, tied: bool = False, experts: int = 0, used: int = 0) -> Path:
+    """A random-weight Llama-shaped GGUF in F16 (gguf-py's writer; tokens are placeholders: ids are fed directly),
+    in llama.cpp's layout for `arch`: qwen3 + QK-norm; gemma3 + QK-norm, sandwich norms, GeGLU, sliding layers;
+    phi3: q | k | v fused in attn_qkv, gate | up in ffn_up; olmo2: norms after attention and FFN only, QK-norm over
+    the whole projections; qwen3moe: QK-norm, `experts` FFNs of width ff (router picks `used`). Tensors are made and written one at a time (an 8B file never sits in memory)."""
     import gguf
     import numpy as np
 
@@ -114,43 +133,66 @@ def random_llama_f16(path: Path, d: int, layers: int, heads: int, kv: int, ff: i
     w.add_file_type(1)
     if arch == "gemma3":
         w.add_sliding_window(512)
+    if experts:
+        w.add_expert_count(experts), w.add_expert_used_count(used), w.add_expert_feed_forward_length(ff)
     w.add_tokenizer_model("gpt2"), w.add_tokenizer_pre("llama-bpe")
     # one placeholder merge: llama.cpp refuses a gpt2 vocabulary without the merges key (an empty list is not written)
     w.add_token_list([f"<t{i}>" for i in range(vocab)]), w.add_token_types([1] * vocab)
     w.add_token_merges(["<t0> <t1>"])
 
-    def mat(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
-
-    w.add_tensor("token_embd.weight", mat(vocab, d))
-    w.add_tensor("output_norm.weight", np.ones(d, dtype=np.float32))
+    tensors: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (vocab, d)), ("output_norm.weight", (d,))]
     if not tied:
-        w.add_tensor("output.weight", mat(vocab, d))
+        tensors.append(("output.weight", (vocab, d)))
     for i in range(layers):
-        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(d, dtype=np.float32))
-        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(d, dtype=np.float32))
-        if arch in ("qwen3", "gemma3"):
-            w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.ones(hd, dtype=np.float32))
-            w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.ones(hd, dtype=np.float32))
-        if arch == "gemma3":
-            w.add_tensor(f"blk.{i}.post_attention_norm.weight", np.ones(d, dtype=np.float32))
-            w.add_tensor(f"blk.{i}.post_ffw_norm.weight", np.ones(d, dtype=np.float32))
-        for name, rows, cols in (("attn_q", heads * hd, d), ("attn_k", kv * hd, d), ("attn_v", kv * hd, d),
-                                 ("attn_output", d, heads * hd), ("ffn_gate", ff, d), ("ffn_up", ff, d),
-                                 ("ffn_down", d, ff)):
-            w.add_tensor(f"blk.{i}.{name}.weight", mat(rows, cols))
-    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+        norms = {"llama": ("attn_norm", "ffn_norm"), "qwen3": ("attn_norm", "ffn_norm"), "phi3": ("attn_norm", "ffn_norm"),
+                 "qwen3moe": ("attn_norm", "ffn_norm"),
+                 "gemma3": ("attn_norm", "ffn_norm", "post_attention_norm", "post_ffw_norm"),
+                 "olmo2": ("post_attention_norm", "post_ffw_norm")}[arch]
+        tensors += [(f"blk.{i}.{n}.weight", (d,)) for n in norms]
+        if arch in ("qwen3", "gemma3", "qwen3moe"):
+            tensors += [(f"blk.{i}.attn_q_norm.weight", (hd,)), (f"blk.{i}.attn_k_norm.weight", (hd,))]
+        if arch == "olmo2":
+            tensors += [(f"blk.{i}.attn_q_norm.weight", (heads * hd,)), (f"blk.{i}.attn_k_norm.weight", (kv * hd,))]
+        if arch == "phi3":
+            mats = [("attn_qkv", (heads + 2 * kv) * hd, d), ("attn_output", d, heads * hd), ("ffn_up", 2 * ff, d),
+                    ("ffn_down", d, ff)]
+        else:
+            mats = [("attn_q", heads * hd, d), ("attn_k", kv * hd, d), ("attn_v", kv * hd, d),
+                    ("attn_output", d, heads * hd), ("ffn_gate", ff, d), ("ffn_up", ff, d), ("ffn_down", d, ff)]
+        if experts:  # the router and each expert's matrices stacked (expert, rows, cols)
+            mats = mats[:4] + [("ffn_gate_inp", experts, d)]
+            tensors += [(f"blk.{i}.ffn_{n}_exps.weight", (experts, *rc)) for n, rc in
+                        (("gate", (ff, d)), ("up", (ff, d)), ("down", (d, ff)))]
+        tensors += [(f"blk.{i}.{n}.weight", (rows, cols)) for n, rows, cols in mats]
+    for name, shape in tensors:
+        dtype = np.float32 if len(shape) == 1 else np.float16
+        w.add_tensor_info(name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_ti_data_to_file()
+    for name, shape in tensors:
+        if len(shape) == 1:
+            w.write_tensor_data(np.ones(shape, dtype=np.float32))
+        elif len(shape) == 3:  # one expert at a time
+            w.write_tensor_data(np.stack([(rng.standard_normal(shape[1:], dtype=np.float32) * 0.02).astype(np.float16)
+                                          for _ in range(shape[0])]))
+        else:
+            w.write_tensor_data((rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float16))
+    w.close()
     path.with_suffix(".tmp").rename(path)
     return path
 
 
-def big_files(work: Path) -> dict[str, Path]:
-    """The random 1B / 3B / Qwen3-0.6B / Gemma-3-270M Q4_K_M files, made (F16 by gguf-py, then llama.cpp's quantizer) when missing."""
+def big_files(work: Path, shapes: dict[str, dict] = BIG) -> dict[str, Path]:
+    """The random Q4_K_M files of `shapes` (BIG: 1B / 3B / Qwen3-0.6B / Gemma-3-270M), made (F16 by gguf-py, then
+    llama.cpp's quantizer; the F16 file is deleted after a FAMILIES file is made from it) when missing."""
     out = {}
-    for name, shape in BIG.items():
+    for name, shape in shapes.items():
         dst = work / f"{name}-Q4_K_M.gguf"
-        out[f"{name}-Q4_K_M"] = dst if dst.exists() else quantize_file(
-            random_llama_f16(work / f"{name}-F16.gguf", **shape), dst, 15)
+        if not dst.exists():
+            f16 = random_llama_f16(work / f"{name}-F16.gguf", **shape)
+            quantize_file(f16, dst, 15)
+            if shapes is not BIG:
+                f16.unlink()  # 7-16 GB each; BIG's stay (types_1b_files quantizes the 1B one again)
+        out[f"{name}-Q4_K_M"] = dst
     return out
 
 
@@ -278,6 +320,23 @@ def file_types(path: Path) -> str:
     return ", ".join(f"{t} {n}" for t, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
+def matrix_gflop_per_token(path: Path) -> float:
+    """2 * the weights of the layers' matrices (blk.*; of a mixture, the experts a token uses): a prompt token's
+    GFLOP in matrix products (the head runs on the last token only; attention's ~0.5% at 128 tokens is left out)."""
+    from scratchlm.interop.gguf.reader import read_gguf
+
+    contents = read_gguf(path)
+    arch = contents.get("general.architecture")
+    used = contents.get(f"{arch}.expert_used_count", 0)
+    weights = 0
+    for t in contents.tensors.values():
+        if t.name.startswith("blk.") and len(t.shape) == 2:
+            weights += t.shape[0] * t.shape[1]
+        elif t.name.startswith("blk.") and len(t.shape) == 3:  # (experts, rows, cols): `used` of them per token
+            weights += used * t.shape[1] * t.shape[2]
+    return 2 * weights / 1e9
+
+
 def a8_mode() -> str | None:
     from scratchlm.generate.decode_step import DECODE_MODES
 
@@ -302,6 +361,9 @@ def file_options(p: argparse.ArgumentParser) -> None:
     """The options that pick the files (shared with gemv_centered.py): --workdir, --big, --only, --quiet-timeout."""
     p.add_argument("--workdir", type=Path, default=Path.home() / ".cache" / "scratchlm-bench" / "gguf")
     p.add_argument("--big", action="store_true", help="also the random 1B / 3B Llama Q4_K_M files")
+    p.add_argument("--families", action="store_true",
+                   help="also random " + ", ".join(FAMILIES) + " Q4_K_M files (Phi-3's fused matrices, OLMo-2's "
+                   "norms, an 8B; ~30 GB of disk while the 8B F16 is written, 10 min)")
     p.add_argument("--types-1b", action="store_true",
                    help="also the random 1B Llama as " + ", ".join(TYPES_1B) + " (llama.cpp's quantizer)")
     p.add_argument("--only", action="append", default=[], help="run only files whose name contains this")
@@ -316,12 +378,15 @@ def selected_files(args: argparse.Namespace) -> dict[str, Path]:
         files.update(big_files(args.workdir))
     if args.types_1b:
         files.update(types_1b_files(args.workdir))
+    if args.families:
+        files.update(big_files(args.workdir, FAMILIES))
     if args.only:
         files = {k: v for k, v in files.items() if any(o in k for o in args.only)}
     return files
 
 
 def main() -> None:
+    from fma_peak import fma_peak_gflop_s
     from quiet import wait_quiet
 
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -337,7 +402,8 @@ def main() -> None:
     quiet: dict = {}
     report: dict = {"files": {}, "settings": vars(args) | {"workdir": str(args.workdir)}}
     for name, path in files.items():
-        report["files"][name] = {"type": file_types(path), "file_mb": round(path.stat().st_size / 1e6, 1)}
+        report["files"][name] = {"type": file_types(path), "file_mb": round(path.stat().st_size / 1e6, 1),
+                                 "matrix_gflop_per_token": round(matrix_gflop_per_token(path), 3)}
     for _ in range(args.rounds):
         for name, path in files.items():
             for engine in engines:
@@ -356,6 +422,16 @@ def main() -> None:
                 ours["same_greedy_as_llamacpp"] = ours.pop("tokens") == ref.get("tokens")
         ref.pop("tokens", None)
     report["read_gb_s"] = round(read_gb_s(), 1)
+    wait_quiet(timeout_s=args.quiet_timeout, stats=quiet)
+    peak = report["fma_peak_gflop_s"] = fma_peak_gflop_s(2)
+    for row in report["files"].values():  # prompt GFLOP/s: what an exact prompt can reach is the FMA peak
+        if peak:
+            row["exact_prefill_ceiling_tok_s"] = round(peak / row["matrix_gflop_per_token"], 1)
+        for key in ("llamacpp", "scratchlm_default", "scratchlm_a8"):
+            if key in row and "error" not in row[key]:
+                gflop_s = row[key]["prefill_gflop_s"] = round(row[key]["prefill_tok_s"] * row["matrix_gflop_per_token"], 1)
+                if peak:
+                    row[key]["prefill_over_fma_peak"] = round(gflop_s / peak, 3)
     report["quiet"] = quiet
     print(json.dumps(report))
 

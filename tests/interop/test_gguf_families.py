@@ -99,6 +99,9 @@ def test_llama_cpp_runs_our_f32_export_as_transformers(family):
     finally:
         llm.close()
     assert rel_error(theirs, hf_logits(family.hf, PROMPT)) <= REL
+    # the same file on its F32 "blocks" (embedding rows read as floats by the C++ step), greedy as transformers
+    expected = hf_greedy(family.hf, PROMPT)
+    assert generate(load_gguf(family.f32), [PROMPT], N_NEW, decode="auto") == [expected]
 
 
 @pytest.mark.parametrize("ftype", FTYPES)

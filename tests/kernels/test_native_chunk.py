@@ -15,6 +15,7 @@ from scratchlm.generate.fast_decode import FastDecoder
 from scratchlm.generate.prefill import CHUNK_MAX_ROWS, PROMPT_CHUNK_MAX_ROWS, prefill
 from scratchlm.kernels.build import native
 
+from scratchlm.quant.quantize import quantize_blocks
 from test_native_step import VARIANTS, model, on_blocks  # noqa: E402  (tests/kernels is on sys.path under pytest)
 
 pytestmark = pytest.mark.skipif(native() is None, reason="no C++ compiler: the torch step is the only path")
@@ -160,3 +161,52 @@ def test_chunk_refuses_an_overflow_and_a_decoder_without_native() -> None:
     dec.native = None
     with pytest.raises(ValueError, match="no C\\+\\+ step"):
         dec.chunk(torch.zeros(1, 2, dtype=torch.long), torch.arange(2)[None], None, cache)
+
+
+def moe_on_blocks(m):
+    """m with its matrices in ggml blocks (on_blocks) and each MoE layer's experts too: Q4_1 gate / up and Q8_0 down
+    rows stacked per expert as a GGUF holds them, run by BlockExperts (the forward's experts and the C++ step's)."""
+    from scratchlm.nn.block_experts import BlockExperts, expert_blocks
+
+    on_blocks(m)
+    for block in m.model.layers:
+        if not block.moe:
+            continue
+        ex = block.mlp.experts
+        parts = []
+        for name, t in (("gate_proj", "Q4_1"), ("up_proj", "Q4_1"), ("down_proj", "Q8_0")):
+            w = getattr(ex, name).detach()  # (E, rows, cols)
+            stacked = quantize_blocks(w.reshape(-1, w.shape[-1]), t)
+            parts.append(expert_blocks(t, stacked.data, tuple(w.shape)))
+        block.mlp.experts = BlockExperts(*parts)
+    return m
+
+
+@pytest.mark.parametrize("router", ["softmax_topk", "topk_softmax"])
+def test_moe_on_blocks_prefills_through_the_chunk_in_pieces(monkeypatch, router: str) -> None:
+    """A mixture of experts in ggml blocks (experts too) takes long prompts through the C++ chunk as a dense model on
+    blocks does (prompt_gemm; each expert on its own routed rows, moe_layer.h): a 2-row batch of 11 tokens in pieces
+    of 4 on top of 3 cached tokens, logits and cache slots equal to the forward's (BlockExperts' grouped path)."""
+    monkeypatch.setattr("scratchlm.generate.prefill.CHUNK_MAX_ROWS", 4)
+    monkeypatch.setattr("scratchlm.generate.prefill.PROMPT_CHUNK_MAX_ROWS", 8)
+    m = moe_on_blocks(model(n_kv_heads=2, moe_num_experts=4, moe_top_k=2, moe_d_ff=64, moe_router=router,
+                            moe_dense_layers=(1,)))
+    dec = FastDecoder(m, quant="gguf")
+    assert dec.native is not None and dec.prompt_gemm
+    calls = []
+    chunk = dec.chunk
+    dec.chunk = lambda *a: calls.append(tuple(a[0].shape)) or chunk(*a)
+    g = torch.Generator().manual_seed(7)
+    prefix, ids = torch.randint(0, 96, (2, 3), generator=g), torch.randint(0, 96, (2, 11), generator=g)
+    caches = [m.new_kv_cache(2, 16), m.new_kv_cache(2, 16)]
+    pos = torch.arange(14).expand(2, 14)
+    with torch.no_grad():
+        for c in caches:
+            m(prefix, pos[:, :3], None, c)
+        want = prefill(m, ids, pos[:, 3:], None, caches[0])
+        got = prefill(m, ids, pos[:, 3:], None, caches[1], decoder=dec)
+    assert calls == [(2, 4), (2, 4), (2, 3)]
+    torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+    for kv in ("k", "v"):
+        torch.testing.assert_close(getattr(caches[1], kv)[..., :14, :], getattr(caches[0], kv)[..., :14, :],
+                                   rtol=1e-4, atol=5e-5)

@@ -39,6 +39,13 @@ VARIANTS = {
     # Granite's multipliers; a NoPE layer (SmolLM3) and exact-GELU gate
     "granite-nope": dict(n_kv_heads=2, embedding_multiplier=3.0, residual_multiplier=0.5, logits_scaling=4.0,
                          nope_layers=(1,), ffn="glu", activation="gelu"),
+    # mixtures of experts (kernels/csrc/moe_layer.h): Qwen3-MoE's router (softmax, top-k, renormalised) with
+    # QK-norm; Mixtral's (top-k of the logits, then softmax) with a dense FFN in layer 1; Qwen-MoE's softmax
+    # without renormalising, one expert per token
+    "moe-softmax-topk": dict(n_kv_heads=2, qk_norm=True, moe_num_experts=8, moe_top_k=3, moe_d_ff=48),
+    "moe-topk-softmax-dense-layer": dict(n_kv_heads=2, moe_num_experts=4, moe_top_k=2, moe_router="topk_softmax",
+                                         moe_dense_layers=(1,), tie_embeddings=False),
+    "moe-unnormalised-top1": dict(n_kv_heads=1, moe_num_experts=4, moe_top_k=1, moe_norm_topk_prob=False),
     "sliding-window-yarn": dict(n_kv_heads=2, sliding_window=4, layer_types=("sliding_attention", "full_attention"),
                                 rope_scaling={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 24}),
 }
@@ -115,7 +122,7 @@ def test_native_step_on_gguf_blocks(b: int) -> None:
 def test_unsupported_configs_keep_the_torch_step() -> None:
     assert FastDecoder(model(n_kv_heads=2, ffn="mlp", activation="gelu")).native is None  # no gated FFN
     assert FastDecoder(model(n_kv_heads=2, ffn="glu", activation="relu")).native is None
-    assert FastDecoder(model(n_kv_heads=2, moe_num_experts=4)).native is None
+    assert FastDecoder(model(n_kv_heads=2, moe_num_experts=4, moe_shared_d_ff=32)).native is None  # shared expert
     dynamic = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 24}
     assert FastDecoder(model(n_kv_heads=2, rope_scaling=dynamic)).native is None
     assert FastDecoder(model(n_kv_heads=2), quant="int8").native is None

@@ -38,6 +38,7 @@ from scratchlm.generate.native_step import native_step
 from scratchlm.generate.packed_layer import PackedLayer, PackedNorm
 from scratchlm.model import TransformerLM, layer_rope_kind
 from scratchlm.nn.block_embedding import BlockEmbedding
+from scratchlm.nn.block_experts import BlockExperts
 from scratchlm.nn.block_linear import DENSE_TYPES
 from scratchlm.nn.kv_cache import KVCache
 from scratchlm.nn.paged_kv_cache import BlockPool, BlockTable
@@ -104,10 +105,14 @@ class FastDecoder:
         # the whole step in C++ where supported (generate/native_step.py)
         self.native = (native_step(c, self.layers, self.head, self.embed, self.rope, self.local_rope)
                        if plain else None)
-        # every matrix in ggml blocks (no dense part, no experts): the C++ step then multiplies a prompt's rows
-        # with kernels/csrc/block_gemm.h, as fast as the forward's, and takes long prompts (generate/prefill.py)
-        self.prompt_gemm = all(layer.moe is None for layer in self.layers) and all(
-            lin.parts and all(p.ggml_type not in DENSE_TYPES for p in lin.parts) for lin in self.linears())
+        # every matrix in ggml blocks (no dense part; experts too, an MoE layer's small router may be dense): the
+        # C++ step then multiplies a prompt's rows with kernels/csrc/block_gemm.h, as fast as the forward's (each
+        # expert on its own rows: moe_layer.h), and takes long prompts (generate/prefill.py)
+        routers = {id(layer.ffn_in) for layer in self.layers if layer.moe is not None}
+        self.prompt_gemm = all(layer.moe is None or isinstance(layer.moe.experts, BlockExperts)
+                               for layer in self.layers) and all(
+            lin.parts and all(p.ggml_type not in DENSE_TYPES for p in lin.parts)
+            for lin in self.linears() if id(lin) not in routers)
 
     def linears(self) -> list[PackedLinear]:
         """Every packed matrix of the model (the layers', then the LM head)."""

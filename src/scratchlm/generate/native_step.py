@@ -13,9 +13,11 @@ tanh-GELU (Llama, Qwen, Mistral: SwiGLU; Gemma: GeGLU), RoPE (half or interleave
 scaling but dynamic, longrope's two table sets chosen per call as the torch step does, partial rotary; per layer
 global, local (Gemma-3's sliding layers) or none (SmolLM3's NoPE)),
 QK-norm per head (Qwen3, Gemma-3) or per projection (OLMo-2), attention and final soft-capping, embedding
-multiplier, logits scaling; no MoE, no learned or sinusoidal positions, fp32 model and
-cache on CPU, any weight format but "int8" (torch's kernel). Anything else: None, and FastDecoder keeps its
-torch path.
+multiplier, logits scaling, mixture-of-experts FFNs without a shared expert (Mixtral, Qwen3-MoE: the router and
+each expert's gate|up and down, in ggml blocks or fp32, kernels/csrc/moe_layer.h; the experts read the model's own
+weights whatever the decode mode, as the torch step's grouped path does); no learned or sinusoidal positions, fp32
+model and cache on CPU, any weight format but "int8" (torch's kernel). Anything else: None, and FastDecoder keeps
+its torch path.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from scratchlm.generate.packed_layer import PackedLayer
 from scratchlm.generate.packed_linear import A8_FORMATS, PackedLinear
 from scratchlm.kernels import ops
 from scratchlm.nn.block_embedding import BlockEmbedding
+from scratchlm.nn.block_experts import BlockExperts
+from scratchlm.nn.moe import MOE_ROUTERS, MoE
 from scratchlm.nn.rope import RotaryEmbedding
 
 
@@ -48,15 +52,28 @@ def _static(rope: RotaryEmbedding | None, head_dim: int) -> bool:
     return rope is None or (rope.head_dim <= head_dim and rope.kind != "dynamic")
 
 
+def _moe_fits(layer: PackedLayer) -> bool:
+    """An MoE layer the C++ step runs: no shared expert, no residual multiplier, experts in ggml blocks or fp32
+    on the CPU."""
+    moe = layer.moe
+    if moe is None:
+        return True
+    ex = moe.experts
+    dense_ok = not isinstance(ex, BlockExperts) and ex.gate_proj.dtype == torch.float32
+    return (moe.shared_expert is None and layer.m == 1.0 and (isinstance(ex, BlockExperts) or dense_ok)
+            and all(t.device.type == "cpu" for t in ex.buffers()) and all(t.device.type == "cpu" for t in ex.parameters()))
+
+
 def supported(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, embed: torch.Tensor | BlockEmbedding,
               rope: RotaryEmbedding | None, local_rope: RotaryEmbedding | None = None) -> bool:
     """True when the C++ step computes this function (see the module docstring): RMSNorm, a gated FFN with
-    SiLU / GELU / tanh-GELU, static full-width RoPE tables, no MoE, every matrix in a kernel format, CPU
-    memory. The decoder checks the rest itself (fp32, no learned positions, not int8)."""
-    linears = [m for layer in layers for m in (layer.qkv, layer.o, layer.ffn_in, layer.down)] + [head]
+    SiLU / GELU / tanh-GELU or experts of one (_moe_fits), static full-width RoPE tables, every matrix in a
+    kernel format, CPU memory. The decoder checks the rest itself (fp32, no learned positions, not int8)."""
+    linears = [m for layer in layers for m in (layer.qkv, layer.o, layer.ffn_in)] + [head]
+    linears += [layer.down for layer in layers if layer.moe is None]
     return (c.norm == "rmsnorm" and _activation(c) is not None and rope is not None
             and _static(rope, c.head_dim) and _static(local_rope, c.head_dim)
-            and all(layer.moe is None and (layer.rope_kind != "local" or local_rope is not None) for layer in layers)
+            and all(_moe_fits(layer) and (layer.rope_kind != "local" or local_rope is not None) for layer in layers)
             and _table(embed)[0].device.type == "cpu"
             and all(lin is not None and lin.fallback is None for lin in linears))
 
@@ -64,6 +81,8 @@ def supported(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, emb
 def _table(embed: torch.Tensor | BlockEmbedding) -> tuple[torch.Tensor, int]:
     """(the embedding table as the kernel reads it, its format code): a BlockEmbedding's own bytes in their
     ggml type (rows widened on lookup), or a dense table as fp32."""
+    if isinstance(embed, BlockEmbedding) and embed.ggml_type == "F32":  # an F32 GGUF's table: its bytes as floats
+        return embed.data.view(torch.float32), ops.FORMAT_CODES["F32"]
     if isinstance(embed, BlockEmbedding):
         return embed.data, ops.FORMAT_CODES[embed.ggml_type]
     return embed.float(), ops.FORMAT_CODES["F32"]
@@ -80,6 +99,26 @@ def native_linear(mod: Any, lin: PackedLinear) -> Any:
     return mod.Linear([ops.FORMAT_CODES[fmt]], [w], [n], k, lin.in_scale, lin.out_scale, lin.bias)
 
 
+def native_moe(mod: Any, layer: PackedLayer, act: int) -> Any:
+    """The kernel module's MoELayer of a packed MoE layer: its packed router (the pre-FFN norm's gain folded in,
+    as the torch step's), each expert's gate|up and down over the model's own weights (the ggml blocks' slices of
+    the stacked expert tensors, or the fp32 matrices), the gain the experts' input carries."""
+    moe: MoE = layer.moe
+    ex = moe.experts
+    if isinstance(ex, BlockExperts):
+        gate_up = [ops.block_linear(mod, [ex.gate_proj[e].blocks, ex.up_proj[e].blocks]) for e in range(ex.n_experts)]
+        down = [ops.block_linear(mod, [ex.down_proj[e].blocks]) for e in range(ex.n_experts)]
+    else:
+        n, f, d = ex.gate_proj.shape
+        f32 = ops.FORMAT_CODES["F32"]
+        gate_up = [mod.Linear([f32, f32], [ex.gate_proj[e].detach(), ex.up_proj[e].detach()], [f, f], d, None, None,
+                              None) for e in range(n)]
+        down = [mod.Linear([f32], [ex.down_proj[e].detach()], [d], f, None, None, None) for e in range(n)]
+    gain = torch.empty(0) if layer.ffn_gain is None else layer.ffn_gain
+    return mod.MoELayer(native_linear(mod, layer.ffn_in), gate_up, down, gain, moe.top_k,
+                        MOE_ROUTERS.index(moe.router), moe.norm_topk_prob, act)
+
+
 def native_step(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, embed: torch.Tensor | BlockEmbedding,
                 rope: RotaryEmbedding | None, local_rope: RotaryEmbedding | None = None) -> Any | None:
     """A kernel `LlamaStep` over these packed parts, or None (unsupported architecture or no compiled
@@ -88,8 +127,10 @@ def native_step(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, e
     if mod is None or not supported(c, layers, head, embed, rope, local_rope):
         return None
     try:
-        kernel_layers = [[native_linear(mod, lin) for lin in (l.qkv, l.o, l.ffn_in, l.down)] for l in layers]
+        kernel_layers = [[native_linear(mod, lin) for lin in ((l.qkv, l.o) if l.moe is not None else
+                                                              (l.qkv, l.o, l.ffn_in, l.down))] for l in layers]
         kernel_head = native_linear(mod, head)
+        moe_layers = [native_moe(mod, l, _activation(c)) for l in layers if l.moe is not None]
     except (RuntimeError, ValueError):  # a dimension the kernels do not take (K not a multiple of 16 / 32 / 256)
         return None
     none = torch.empty(0)  # an absent gain or table (LayerSpec casts the present ones to fp32)
@@ -105,4 +146,13 @@ def native_step(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, e
     return mod.LlamaStep(table, fmt, c.d_model, rope.cos.float(), rope.sin.float(), c.n_heads, c.n_kv_heads,
                          c.head_dim, c.norm_eps, rope.style == "half", kernel_layers, kernel_head, specs,
                          c.qk_norm_scope == "projection", *local, *long, _activation(c), c.embedding_multiplier,
-                         c.attn_softcap or 0.0, c.final_softcap or 0.0, c.logits_scaling)
+                         c.attn_softcap or 0.0, c.final_softcap or 0.0, c.logits_scaling, moe_layers, _moe_index(layers))
+
+
+def _moe_index(layers: list[PackedLayer]) -> list[int]:
+    """Per layer its index among the MoE layers, or -1 (a dense FFN)."""
+    out, n = [], 0
+    for layer in layers:
+        out.append(n if layer.moe is not None else -1)
+        n += layer.moe is not None
+    return out

@@ -30,7 +30,7 @@ SOURCES = ("module.cpp",)  # includes the headers (simd.h, simd_dot.h, blocks.h,
 #                            gemv_fixed24.h, gemv_fixed24_b32.h, gemv_r16.h, r16_layout.h, weight_rows.h, parallel.h,
 #                            matrix_ref.h, linear.h, softmax_exp.h,
 #                            kv_attention.h,
-#                            llama_step.h, gate_activation.h, causal_softmax.h, attention_scores.h, cross_entropy_rows.h,
+#                            llama_step.h, moe_layer.h, gate_activation.h, causal_softmax.h, attention_scores.h, cross_entropy_rows.h,
 #                            rms_norm_rows.h, silu_gate.h, rope_rows.h, aligned_buffer.h)
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off")
 

@@ -16,6 +16,7 @@
 //   x = x + Wo(a)                 or  x = x + rms(Wo(a)) g_ao      (an output norm: Gemma-2/3 sandwich, OLMo-2)
 //   xn = rms(x);  [g | u] = Wgu(xn);  f = act(g) * u       (act: SiLU, or GELU / its tanh form: Gemma's GeGLU)
 //   x = x + Wdown(f)              or  x = x + rms(Wdown(f)) g_fo
+//   (a mixture-of-experts layer instead: x = x + MoE(xn), or x + rms(MoE(xn)) g_fo; moe_layer.h)
 // then logits = cap_final(Whead(rms(x)) / logits_scaling). `chunk` runs C tokens per row at once (a prompt's next tokens, causal within
 // the chunk); `step` is its one-token case; `paged` runs a chunk over a block pool's tables (the server's K/V,
 // each row at its own length). Each `Linear` is y = ((x * in_scale) W^T) * out_scale + bias, exactly as the
@@ -34,6 +35,7 @@
 #include "gate_activation.h"
 #include "kv_attention.h"
 #include "linear.h"
+#include "moe_layer.h"
 
 namespace scratchlm {
 
@@ -78,7 +80,9 @@ struct LlamaStep {
   int64_t H, KvH, Hd;
   float eps;
   bool half_style;
-  std::vector<std::vector<Linear>> layers;  // per layer: qkv, o, gate|up, down
+  std::vector<std::vector<Linear>> layers;  // per layer: qkv, o, gate|up, down (an MoE layer: qkv, o)
+  std::vector<MoELayer> moe;                // the MoE layers' FFNs
+  std::vector<int64_t> moe_of;              // per layer: its index in moe, or -1 (a dense FFN); empty: all dense
   Linear head;
   std::vector<LayerSpec> specs;  // per layer
   bool qk_projection;            // QK-norm over the whole q / k projection instead of each head
@@ -92,7 +96,8 @@ struct LlamaStep {
             int64_t H_, int64_t KvH_, int64_t Hd_, double eps_, bool half_, std::vector<std::vector<Linear>> layers_,
             Linear head_, std::vector<LayerSpec> specs_, bool qk_projection_, torch::Tensor cos_local_,
             torch::Tensor sin_local_, torch::Tensor cos_long_, torch::Tensor sin_long_, int64_t long_after_,
-            int64_t act_, double embed_scale_, double attn_softcap_, double final_softcap_, double logits_scaling_)
+            int64_t act_, double embed_scale_, double attn_softcap_, double final_softcap_, double logits_scaling_,
+            std::vector<MoELayer> moe_ = {}, std::vector<int64_t> moe_of_ = {})
       : embed(embed_.contiguous()), cos(cos_.contiguous()), sin(sin_.contiguous()),
         embed_format(static_cast<int>(embed_format_)), V(embed_.size(0)), D(D_), H(H_), KvH(KvH_), Hd(Hd_),
         eps(static_cast<float>(eps_)), half_style(half_), layers(std::move(layers_)), head(std::move(head_)),
@@ -101,6 +106,8 @@ struct LlamaStep {
         long_after(long_after_), act(act_), embed_scale(static_cast<float>(embed_scale_)),
         attn_softcap(static_cast<float>(attn_softcap_)), final_softcap(static_cast<float>(final_softcap_)),
         logits_scaling(static_cast<float>(logits_scaling_)) {
+    moe = std::move(moe_);
+    moe_of = moe_of_.empty() ? std::vector<int64_t>(layers.size(), -1) : std::move(moe_of_);
     TORCH_CHECK(cos.scalar_type() == torch::kFloat32, "fp32 RoPE tables expected");
     if (embed_format == F32) {
       TORCH_CHECK(embed.scalar_type() == torch::kFloat32 && embed.dim() == 2 && embed.size(1) == D,
@@ -128,7 +135,13 @@ struct LlamaStep {
     TORCH_CHECK(long_after < 0 || (cos_long.sizes() == cos.sizes() && sin_long.sizes() == cos.sizes() &&
                                    cos_long.scalar_type() == torch::kFloat32),
                 "longrope's long tables must be fp32 and shaped like the short ones");
-    for (const auto& l : layers) TORCH_CHECK(l.size() == 4, "a layer is (qkv, o, gate|up, down)");
+    TORCH_CHECK(moe_of.size() == layers.size(), "one MoE index (or -1) per layer");
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const int64_t m = moe_of[i];
+      TORCH_CHECK(m >= -1 && m < static_cast<int64_t>(moe.size()), "layer ", i, ": MoE index ", m, " out of range");
+      TORCH_CHECK(layers[i].size() == (m >= 0 ? 2u : 4u), "a layer is (qkv, o, gate|up, down), an MoE layer (qkv, o)");
+      TORCH_CHECK(m < 0 || moe[m].router.K == D, "layer ", i, ": the router must read D = ", D, " values");
+    }
   }
 
   // Row `id` of the embedding table as fp32 (D): copied from an fp32 table, or widened exactly from its
@@ -180,9 +193,18 @@ struct LlamaStep {
       return;
     }
     w.apply(in, x2.data(), R, nullptr, scratch);
+    add_output(x2.data(), gain, x.data(), R);
+  }
+
+  // x (R, D) += y, or += rms(y) * gain with an output norm (gain defined)
+  void add_output(const float* y, const torch::Tensor& gain, float* x, int64_t R) const {
+    if (!gain.defined()) {
+      for (int64_t i = 0; i < R * D; ++i) x[i] += y[i];
+      return;
+    }
     const float* g = gain.data_ptr<float>();
     each_row(R, [&](int64_t r) {
-      const float* yr = x2.data() + r * D;
+      const float* yr = y + r * D;
       const float inv = 1.0f / std::sqrt(dot_product(yr, yr, D) / static_cast<float>(D) + eps);
       for (int64_t i = 0; i < D; ++i) x[r * D + i] += yr[i] * inv * g[i];
     });
@@ -353,6 +375,11 @@ struct LlamaStep {
       }
       residual(lay[1], att.data(), sp.attn_out_gain, x, x2, rows, scratch);
       if (sp.pre_norm) rms(x.data(), xn.data(), rows, D);
+      if (moe_of[l] >= 0) {  // the experts' weighted sum into x2, then the residual
+        moe[moe_of[l]].apply(sp.pre_norm ? xn.data() : x.data(), x2.data(), rows, scratch);
+        add_output(x2.data(), sp.ffn_out_gain, x.data(), rows);
+        continue;
+      }
       const int64_t F2 = lay[2].N, F = F2 / 2;
       auto& gu = buf.sized(buf.gu, rows * F2);
       auto& f = buf.sized(buf.f, rows * F);

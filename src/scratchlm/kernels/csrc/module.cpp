@@ -508,11 +508,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(pybind11::init<int64_t, int64_t, bool, torch::Tensor, torch::Tensor, torch::Tensor>(),
            "window (-1: none), rope (0 global, 1 local, -1 none), pre_norm, qk_gain, attn_out_gain, ffn_out_gain "
            "(empty tensors where absent)");
+  pybind11::class_<scratchlm::MoELayer>(m, "MoELayer")
+      .def(pybind11::init<scratchlm::Linear, std::vector<scratchlm::Linear>, std::vector<scratchlm::Linear>,
+                          torch::Tensor, int64_t, int64_t, bool, int64_t>(),
+           "router (E, D), gate|up per expert (2F, D), down per expert (D, F), gain (D,) or empty, top_k, router "
+           "(0 softmax_topk, 1 topk_softmax), norm_topk, act");
   pybind11::class_<scratchlm::LlamaStep>(m, "LlamaStep")
       .def(pybind11::init<torch::Tensor, int64_t, int64_t, torch::Tensor, torch::Tensor, int64_t, int64_t, int64_t,
                           double, bool, std::vector<std::vector<scratchlm::Linear>>, scratchlm::Linear,
                           std::vector<scratchlm::LayerSpec>, bool, torch::Tensor, torch::Tensor, torch::Tensor,
-                          torch::Tensor, int64_t, int64_t, double, double, double, double>())
+                          torch::Tensor, int64_t, int64_t, double, double, double, double,
+                          std::vector<scratchlm::MoELayer>, std::vector<int64_t>>(),
+           pybind11::arg("embed"), pybind11::arg("embed_format"), pybind11::arg("D"), pybind11::arg("cos"),
+           pybind11::arg("sin"), pybind11::arg("H"), pybind11::arg("KvH"), pybind11::arg("Hd"), pybind11::arg("eps"),
+           pybind11::arg("half"), pybind11::arg("layers"), pybind11::arg("head"), pybind11::arg("specs"),
+           pybind11::arg("qk_projection"), pybind11::arg("cos_local"), pybind11::arg("sin_local"),
+           pybind11::arg("cos_long"), pybind11::arg("sin_long"), pybind11::arg("long_after"), pybind11::arg("act"),
+           pybind11::arg("embed_scale"), pybind11::arg("attn_softcap"), pybind11::arg("final_softcap"),
+           pybind11::arg("logits_scaling"), pybind11::arg("moe") = std::vector<scratchlm::MoELayer>{},
+           pybind11::arg("moe_of") = std::vector<int64_t>{})
       .def("step", &scratchlm::LlamaStep::step, nogil())
       .def("chunk", &scratchlm::LlamaStep::chunk, nogil())
       .def("paged", &scratchlm::LlamaStep::paged, nogil());

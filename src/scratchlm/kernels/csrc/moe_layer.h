@@ -1,0 +1,142 @@
+// A mixture-of-experts FFN inside the C++ step (llama_step.h): nn/moe.py's function on each row, the experts'
+// matrices in any matrix_ref.h format (a GGUF's stacked expert tensors: each expert's rows are one slice).
+//   logits = Wr x_hat                                     (E,)   (the router reads the normed x, gain folded in)
+//   "softmax_topk": p = softmax(logits); (w, idx) = top_k(p); w <- w / sum(w) when norm_topk   (Qwen-MoE)
+//   "topk_softmax": (l, idx) = top_k(logits); w = softmax(l)                                    (Mixtral)
+//   y = sum_j w_j down_e(act(gate_e x) * up_e x),  e = idx_j,  x = x_hat * g   (g: the pre-FFN norm's gain)
+// top_k orders by value, the lower expert first among equal values. Rows are grouped by expert: each chosen expert
+// runs once on all its rows (its gate|up and down Linears), and y sums the experts' weighted outputs in ascending
+// expert order, as nn/moe.py's grouped path does with index_add (each term w * out rounded, then added).
+// Shapes: x_hat, y (R, D); gate|up (2F, D) per expert, gate rows first; down (D, F).
+
+#pragma once
+
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "aligned_buffer.h"
+#include "gate_activation.h"
+#include "linear.h"
+
+namespace scratchlm {
+
+constexpr int64_t ROUTER_SOFTMAX_TOPK = 0, ROUTER_TOPK_SOFTMAX = 1;
+
+// MoELayer::apply's work buffers (kept per thread between calls, grown only)
+struct MoEBuffers {
+  FloatBuf logits, xin, xs, gu, f, out;
+  std::vector<float> w;
+  std::vector<int64_t> idx, order;
+};
+
+struct MoELayer {
+  Linear router;                      // (E, D)
+  std::vector<Linear> gate_up, down;  // per expert: (2F, D) gate | up, (D, F)
+  torch::Tensor gain;                 // (D,) fp32, or undefined: x = x_hat
+  int64_t top_k, router_kind, act;
+  bool norm_topk;
+
+  MoELayer(Linear router_, std::vector<Linear> gate_up_, std::vector<Linear> down_, torch::Tensor gain_,
+           int64_t top_k_, int64_t router_kind_, bool norm_topk_, int64_t act_)
+      : router(std::move(router_)), gate_up(std::move(gate_up_)), down(std::move(down_)),
+        gain(gain_.numel() ? gain_.to(torch::kFloat32).contiguous() : torch::Tensor()), top_k(top_k_),
+        router_kind(router_kind_), act(act_), norm_topk(norm_topk_) {
+    const int64_t E = router.N, D = router.K;
+    TORCH_CHECK(E > 0 && static_cast<int64_t>(gate_up.size()) == E && static_cast<int64_t>(down.size()) == E,
+                "one gate|up and one down Linear per expert (", E, " router rows)");
+    TORCH_CHECK(top_k >= 1 && top_k <= E, "top_k must be in [1, ", E, "], got ", top_k);
+    TORCH_CHECK(router_kind == ROUTER_SOFTMAX_TOPK || router_kind == ROUTER_TOPK_SOFTMAX, "unknown router ",
+                router_kind);
+    TORCH_CHECK(act == ACT_SILU || act == ACT_GELU || act == ACT_GELU_TANH, "unknown activation code ", act);
+    TORCH_CHECK(!gain.defined() || (gain.dim() == 1 && gain.size(0) == D), "the expert input gain must be (D,)");
+    for (int64_t e = 0; e < E; ++e)
+      TORCH_CHECK(gate_up[e].K == D && gate_up[e].N % 2 == 0 && down[e].N == D && down[e].K == gate_up[e].N / 2,
+                  "expert ", e, ": gate|up must be (2F, ", D, ") and down (", D, ", F)");
+  }
+
+  int64_t experts() const { return router.N; }
+
+  // One row's routing: logits (E) -> w, idx (top_k), see the header.
+  void route(const float* logits, float* w, int64_t* idx, std::vector<int64_t>& order) const {
+    const int64_t E = experts();
+    std::vector<float> p(logits, logits + E);
+    if (router_kind == ROUTER_SOFTMAX_TOPK) softmax(p.data(), E);
+    order.resize(E);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    for (int64_t j = 0; j < top_k; ++j) idx[j] = order[j], w[j] = p[order[j]];
+    if (router_kind == ROUTER_TOPK_SOFTMAX) {
+      softmax(w, top_k);
+    } else if (norm_topk) {
+      float s = 0.0f;
+      for (int64_t j = 0; j < top_k; ++j) s += w[j];
+      for (int64_t j = 0; j < top_k; ++j) w[j] = w[j] / s;
+    }
+  }
+
+  // v (n) <- softmax(v) = exp(v - max) / sum exp(v - max)
+  static void softmax(float* v, int64_t n) {
+    const float mx = *std::max_element(v, v + n);
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; ++i) s += (v[i] = std::exp(v[i] - mx));
+    for (int64_t i = 0; i < n; ++i) v[i] = v[i] / s;
+  }
+
+  // y (R, D) = MoE(x_hat (R, D)); scratch as Linear::apply's.
+  void apply(const float* xh, float* y, int64_t R, std::vector<float>& scratch) const {
+    thread_local MoEBuffers buf;
+    const int64_t E = experts(), D = router.K, k = top_k;
+    auto& logits = sized(buf.logits, R * E);
+    router.apply(xh, logits.data(), R, nullptr, scratch);
+    buf.w.resize(R * k), buf.idx.resize(R * k);
+    for (int64_t r = 0; r < R; ++r) route(&logits[r * E], &buf.w[r * k], &buf.idx[r * k], buf.order);
+    const float* x = xh;
+    if (gain.defined()) {
+      auto& xin = sized(buf.xin, R * D);
+      const float* g = gain.data_ptr<float>();
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t i = 0; i < D; ++i) xin[r * D + i] = xh[r * D + i] * g[i];
+      x = xin.data();
+    }
+    std::fill(y, y + R * D, 0.0f);
+    // the (row, slot) pairs by expert, rows ascending within each expert
+    std::vector<int64_t> pairs(R * k);
+    std::iota(pairs.begin(), pairs.end(), 0);
+    std::stable_sort(pairs.begin(), pairs.end(), [&](int64_t a, int64_t b) { return buf.idx[a] < buf.idx[b]; });
+    for (int64_t i0 = 0; i0 < R * k;) {
+      const int64_t e = buf.idx[pairs[i0]];
+      int64_t i1 = i0;
+      while (i1 < R * k && buf.idx[pairs[i1]] == e) ++i1;
+      const int64_t n = i1 - i0, F2 = gate_up[e].N, F = F2 / 2;
+      auto& xs = sized(buf.xs, n * D);
+      for (int64_t i = 0; i < n; ++i) std::memcpy(&xs[i * D], x + (pairs[i0 + i] / k) * D, D * sizeof(float));
+      auto& gu = sized(buf.gu, n * F2);
+      auto& f = sized(buf.f, n * F);
+      auto& out = sized(buf.out, n * D);
+      gate_up[e].apply(xs.data(), gu.data(), n, nullptr, scratch);
+      for (int64_t i = 0; i < n; ++i) gate_row(&gu[i * F2], &gu[i * F2 + F], &f[i * F], F, act);
+      down[e].apply(f.data(), out.data(), n, nullptr, scratch);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t r = pairs[i0 + i] / k;
+        const float wr = buf.w[pairs[i0 + i]];
+        for (int64_t c = 0; c < D; ++c) {
+          const float term = out[i * D + c] * wr;
+          y[r * D + c] += term;
+        }
+      }
+      i0 = i1;
+    }
+  }
+
+  static FloatBuf& sized(FloatBuf& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+    return v;
+  }
+};
+
+}  // namespace scratchlm

@@ -46,6 +46,8 @@ VARIANTS = {
     "moe-topk-softmax-dense-layer": dict(n_kv_heads=2, moe_num_experts=4, moe_top_k=2, moe_router="topk_softmax",
                                          moe_dense_layers=(1,), tie_embeddings=False),
     "moe-unnormalised-top1": dict(n_kv_heads=1, moe_num_experts=4, moe_top_k=1, moe_norm_topk_prob=False),
+    "moe-shared-expert": dict(n_kv_heads=2, moe_num_experts=4, moe_top_k=2, moe_norm_topk_prob=False,
+                              moe_shared_d_ff=48),  # Qwen2-MoE: + sigmoid(w_s . x) SharedFFN(x)
     "sliding-window-yarn": dict(n_kv_heads=2, sliding_window=4, layer_types=("sliding_attention", "full_attention"),
                                 rope_scaling={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 24}),
 }
@@ -122,7 +124,7 @@ def test_native_step_on_gguf_blocks(b: int) -> None:
 def test_unsupported_configs_keep_the_torch_step() -> None:
     assert FastDecoder(model(n_kv_heads=2, ffn="mlp", activation="gelu")).native is None  # no gated FFN
     assert FastDecoder(model(n_kv_heads=2, ffn="glu", activation="relu")).native is None
-    assert FastDecoder(model(n_kv_heads=2, moe_num_experts=4, moe_shared_d_ff=32)).native is None  # shared expert
+    assert FastDecoder(model(n_kv_heads=2, moe_num_experts=4, residual_multiplier=0.5)).native is None  # MoE * m
     dynamic = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 24}
     assert FastDecoder(model(n_kv_heads=2, rope_scaling=dynamic)).native is None
     assert FastDecoder(model(n_kv_heads=2), quant="int8").native is None

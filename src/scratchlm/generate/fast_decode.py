@@ -19,8 +19,8 @@ It reads and writes the model's KVCache in the model's layout, so prefill runs t
 the steps through this class (or the other way round) interchangeably. Post-norm blocks are not packed
 (`supports(config)` says so; the engine then uses the model's step). Memory: a second copy of every
 matrix (the tied LM head included), so keep using the model for training. Mixture-of-experts layers pack
-their router; the experts run on the model's own weights through nn/moe.py's grouped path (so the weight
-formats (int8, bf16, q8_0...) apply to everything but the experts).
+their router; the experts run on the model's own weights through nn/moe.py's grouped path, or the C++ step's
+moe_layer.h over the same weights (so the weight formats (int8, bf16, q8_0...) apply to everything but the experts).
 Test: tests/generate/test_fast_decode.py (logits == the model's cached forward, every config family).
 """
 

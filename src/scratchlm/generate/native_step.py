@@ -13,9 +13,9 @@ tanh-GELU (Llama, Qwen, Mistral: SwiGLU; Gemma: GeGLU), RoPE (half or interleave
 scaling but dynamic, longrope's two table sets chosen per call as the torch step does, partial rotary; per layer
 global, local (Gemma-3's sliding layers) or none (SmolLM3's NoPE)),
 QK-norm per head (Qwen3, Gemma-3) or per projection (OLMo-2), attention and final soft-capping, embedding
-multiplier, logits scaling, mixture-of-experts FFNs without a shared expert (Mixtral, Qwen3-MoE: the router and
-each expert's gate|up and down, in ggml blocks or fp32, kernels/csrc/moe_layer.h; the experts read the model's own
-weights whatever the decode mode, as the torch step's grouped path does); no learned or sinusoidal positions, fp32
+multiplier, logits scaling, mixture-of-experts FFNs (Mixtral, Qwen3-MoE, Qwen2-MoE's sigmoid-gated shared expert:
+the router and each expert's gate|up and down, in ggml blocks or fp32, kernels/csrc/moe_layer.h; the experts read
+the model's own weights whatever the decode mode, as the torch step's grouped path does); no learned or sinusoidal positions, fp32
 model and cache on CPU, any weight format but "int8" (torch's kernel). Anything else: None, and FastDecoder keeps
 its torch path.
 """
@@ -32,6 +32,7 @@ from scratchlm.generate.packed_linear import A8_FORMATS, PackedLinear
 from scratchlm.kernels import ops
 from scratchlm.nn.block_embedding import BlockEmbedding
 from scratchlm.nn.block_experts import BlockExperts
+from scratchlm.nn.block_linear import BlockLinear
 from scratchlm.nn.moe import MOE_ROUTERS, MoE
 from scratchlm.nn.rope import RotaryEmbedding
 
@@ -53,15 +54,31 @@ def _static(rope: RotaryEmbedding | None, head_dim: int) -> bool:
 
 
 def _moe_fits(layer: PackedLayer) -> bool:
-    """An MoE layer the C++ step runs: no shared expert, no residual multiplier, experts in ggml blocks or fp32
-    on the CPU."""
+    """An MoE layer the C++ step runs: no residual multiplier, experts (and a shared expert's matrices, without
+    biases) in ggml blocks or fp32 on the CPU (make_ffn gives experts and shared expert the config's activation)."""
     moe = layer.moe
     if moe is None:
         return True
-    ex = moe.experts
-    dense_ok = not isinstance(ex, BlockExperts) and ex.gate_proj.dtype == torch.float32
-    return (moe.shared_expert is None and layer.m == 1.0 and (isinstance(ex, BlockExperts) or dense_ok)
-            and all(t.device.type == "cpu" for t in ex.buffers()) and all(t.device.type == "cpu" for t in ex.parameters()))
+    parts = [moe.experts] if moe.shared_expert is None else [moe.experts, moe.shared_expert, moe.shared_expert_gate]
+    tensors = [t for m in parts for t in (*m.parameters(), *m.buffers()) if t.dim() >= 2]
+    return (layer.m == 1.0 and all(t.device.type == "cpu" and t.dtype in (torch.float32, torch.uint8) for t in tensors)
+            and all(getattr(lin, "bias", None) is None for lin in _shared_linears(moe)))
+
+
+def _shared_linears(moe: MoE) -> list[Any]:
+    """The shared expert's gate, up, down and sigmoid-gate modules (Linear or BlockLinear), or []."""
+    se = moe.shared_expert
+    return [] if se is None else [se.gate_proj, se.up_proj, se.down_proj, moe.shared_expert_gate]
+
+
+def _module_linear(mod: Any, lins: list[Any]) -> Any:
+    """The kernel module's Linear over the model's own Linear / BlockLinear modules stacked by rows (no copy:
+    the blocks, or the fp32 weights)."""
+    if all(isinstance(lin, BlockLinear) for lin in lins):
+        return ops.block_linear(mod, [lin.blocks for lin in lins])
+    ws = [lin.weight.detach() for lin in lins]
+    return mod.Linear([ops.FORMAT_CODES["F32"]] * len(ws), ws, [w.shape[0] for w in ws], ws[0].shape[1], None, None,
+                      None)
 
 
 def supported(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, embed: torch.Tensor | BlockEmbedding,
@@ -115,8 +132,12 @@ def native_moe(mod: Any, layer: PackedLayer, act: int) -> Any:
                               None) for e in range(n)]
         down = [mod.Linear([f32], [ex.down_proj[e].detach()], [d], f, None, None, None) for e in range(n)]
     gain = torch.empty(0) if layer.ffn_gain is None else layer.ffn_gain
+    shared = []
+    if moe.shared_expert is not None:
+        g, u, d, s = _shared_linears(moe)
+        shared = [_module_linear(mod, [g, u]), _module_linear(mod, [d]), _module_linear(mod, [s])]
     return mod.MoELayer(native_linear(mod, layer.ffn_in), gate_up, down, gain, moe.top_k,
-                        MOE_ROUTERS.index(moe.router), moe.norm_topk_prob, act)
+                        MOE_ROUTERS.index(moe.router), moe.norm_topk_prob, act, shared)
 
 
 def native_step(c: ModelConfig, layers: list[PackedLayer], head: PackedLinear, embed: torch.Tensor | BlockEmbedding,

@@ -510,9 +510,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            "(empty tensors where absent)");
   pybind11::class_<scratchlm::MoELayer>(m, "MoELayer")
       .def(pybind11::init<scratchlm::Linear, std::vector<scratchlm::Linear>, std::vector<scratchlm::Linear>,
-                          torch::Tensor, int64_t, int64_t, bool, int64_t>(),
+                          torch::Tensor, int64_t, int64_t, bool, int64_t, std::vector<scratchlm::Linear>>(),
+           pybind11::arg("router"), pybind11::arg("gate_up"), pybind11::arg("down"), pybind11::arg("gain"),
+           pybind11::arg("top_k"), pybind11::arg("router_kind"), pybind11::arg("norm_topk"), pybind11::arg("act"),
+           pybind11::arg("shared") = std::vector<scratchlm::Linear>{},
            "router (E, D), gate|up per expert (2F, D), down per expert (D, F), gain (D,) or empty, top_k, router "
-           "(0 softmax_topk, 1 topk_softmax), norm_topk, act");
+           "(0 softmax_topk, 1 topk_softmax), norm_topk, act, shared: [] or the shared expert's gate|up, down, gate");
   pybind11::class_<scratchlm::LlamaStep>(m, "LlamaStep")
       .def(pybind11::init<torch::Tensor, int64_t, int64_t, torch::Tensor, torch::Tensor, int64_t, int64_t, int64_t,
                           double, bool, std::vector<std::vector<scratchlm::Linear>>, scratchlm::Linear,

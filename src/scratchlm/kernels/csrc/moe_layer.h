@@ -4,6 +4,7 @@
 //   "softmax_topk": p = softmax(logits); (w, idx) = top_k(p); w <- w / sum(w) when norm_topk   (Qwen-MoE)
 //   "topk_softmax": (l, idx) = top_k(logits); w = softmax(l)                                    (Mixtral)
 //   y = sum_j w_j down_e(act(gate_e x) * up_e x),  e = idx_j,  x = x_hat * g   (g: the pre-FFN norm's gain)
+//   [shared expert] y <- y + sigmoid(w_s . x) down_s(act(gate_s x) * up_s x)                   (Qwen2-MoE)
 // top_k orders by value, the lower expert first among equal values. Rows are grouped by expert: each chosen expert
 // runs once on all its rows (its gate|up and down Linears), and y sums the experts' weighted outputs in ascending
 // expert order, as nn/moe.py's grouped path does with index_add (each term w * out rounded, then added).
@@ -36,13 +37,14 @@ struct MoEBuffers {
 struct MoELayer {
   Linear router;                      // (E, D)
   std::vector<Linear> gate_up, down;  // per expert: (2F, D) gate | up, (D, F)
+  std::vector<Linear> shared;         // none, or the shared expert's (2Fs, D) gate | up, (D, Fs) down, (1, D) gate
   torch::Tensor gain;                 // (D,) fp32, or undefined: x = x_hat
   int64_t top_k, router_kind, act;
   bool norm_topk;
 
   MoELayer(Linear router_, std::vector<Linear> gate_up_, std::vector<Linear> down_, torch::Tensor gain_,
-           int64_t top_k_, int64_t router_kind_, bool norm_topk_, int64_t act_)
-      : router(std::move(router_)), gate_up(std::move(gate_up_)), down(std::move(down_)),
+           int64_t top_k_, int64_t router_kind_, bool norm_topk_, int64_t act_, std::vector<Linear> shared_ = {})
+      : router(std::move(router_)), gate_up(std::move(gate_up_)), down(std::move(down_)), shared(std::move(shared_)),
         gain(gain_.numel() ? gain_.to(torch::kFloat32).contiguous() : torch::Tensor()), top_k(top_k_),
         router_kind(router_kind_), act(act_), norm_topk(norm_topk_) {
     const int64_t E = router.N, D = router.K;
@@ -56,6 +58,10 @@ struct MoELayer {
     for (int64_t e = 0; e < E; ++e)
       TORCH_CHECK(gate_up[e].K == D && gate_up[e].N % 2 == 0 && down[e].N == D && down[e].K == gate_up[e].N / 2,
                   "expert ", e, ": gate|up must be (2F, ", D, ") and down (", D, ", F)");
+    TORCH_CHECK(shared.empty() || (shared.size() == 3 && shared[0].K == D && shared[0].N % 2 == 0 &&
+                                   shared[1].N == D && shared[1].K == shared[0].N / 2 && shared[2].N == 1 &&
+                                   shared[2].K == D),
+                "a shared expert is (gate|up (2Fs, ", D, "), down (", D, ", Fs), gate (1, ", D, "))");
   }
 
   int64_t experts() const { return router.N; }
@@ -130,6 +136,27 @@ struct MoELayer {
         }
       }
       i0 = i1;
+    }
+    if (!shared.empty()) add_shared(x, y, R, buf, scratch);
+  }
+
+  // y (R, D) += sigmoid(w_s . x) * SharedFFN(x), each term rounded, then added (nn/moe.py's order)
+  void add_shared(const float* x, float* y, int64_t R, MoEBuffers& buf, std::vector<float>& scratch) const {
+    const int64_t D = router.K, F2 = shared[0].N, F = F2 / 2;
+    auto& gu = sized(buf.gu, R * F2);
+    auto& f = sized(buf.f, R * F);
+    auto& out = sized(buf.out, R * D);
+    auto& gate = sized(buf.logits, R);
+    shared[0].apply(x, gu.data(), R, nullptr, scratch);
+    for (int64_t r = 0; r < R; ++r) gate_row(&gu[r * F2], &gu[r * F2 + F], &f[r * F], F, act);
+    shared[1].apply(f.data(), out.data(), R, nullptr, scratch);
+    shared[2].apply(x, gate.data(), R, nullptr, scratch);
+    for (int64_t r = 0; r < R; ++r) {
+      const float s = 1.0f / (1.0f + std::exp(-gate[r]));
+      for (int64_t c = 0; c < D; ++c) {
+        const float term = s * out[r * D + c];
+        y[r * D + c] += term;
+      }
     }
   }
 

@@ -220,3 +220,31 @@ def test_file_pages_released_after_copy(kernels, tmp_path) -> None:
     assert torch.equal(mapped, blocks.data)  # the file's bytes come back if something reads them
     own = blocks.data.clone()  # the process's own memory: never dropped
     assert kernels.release_file_pages(own) == 0 and torch.equal(own, blocks.data)
+
+
+def test_expert_tensor_repacked_once_and_sliced_per_expert(kernels) -> None:
+    """A GGUF expert tensor (E matrices stacked by rows, cut per expert by expert_blocks) is repacked once
+    (ops.repack_stack) and each expert reads its slice: the slice holds the bytes of that expert's own copy
+    (repack_r16 of its rows alone, itself tested against quant/dequantize.py above) and the expert's product equals
+    that of the same rows with their own copy, bit for bit; experts not consecutive in one tensor get no stacked
+    view."""
+    from scratchlm.nn.block_experts import BlockExperts, expert_blocks
+
+    e, f, k = 3, 32, 512
+    stacked = llama_cpp_blocks("Q4_K", e * f, k, seed=11)
+    parts = [expert_blocks("Q4_K", stacked.data, (e, f, k)) for _ in range(3)]  # gate, up, down (same bytes: enough)
+    ex = BlockExperts(*parts)
+    whole = ex.stacked("gate_proj")
+    assert whole is not None and whole.data.data_ptr() == stacked.data.data_ptr() and whole.shape == (e * f, k)
+    gates = [lin.blocks for lin in ex.gate_proj]
+    ops.repack_stack(kernels, whole, gates)
+    x = torch.randn(2, k, generator=torch.Generator().manual_seed(4))
+    for i, g in enumerate(gates):
+        own = kernels.repack_r16(g.data.clone(), f, k, ops.FORMAT_CODES["Q4_K"])
+        got = ops.repacked(kernels, g)
+        assert got is not None and torch.equal(got, own)
+        alone = GGMLBlocks("Q4_K", g.data.clone(), g.shape)
+        assert ops.repacked(kernels, alone) is not None  # its own copy
+        assert torch.equal(ops.linear_blocks(kernels, x, g), ops.linear_blocks(kernels, x, alone))
+    apart = [GGMLBlocks("Q4_K", b.data.clone(), b.shape) for b in gates]  # each expert in its own memory
+    assert BlockExperts(apart, apart, apart).stacked("gate_proj") is None

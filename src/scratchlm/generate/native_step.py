@@ -123,6 +123,10 @@ def native_moe(mod: Any, layer: PackedLayer, act: int) -> Any:
     moe: MoE = layer.moe
     ex = moe.experts
     if isinstance(ex, BlockExperts):
+        for name in ("gate_proj", "up_proj", "down_proj"):  # one copy per expert tensor, sliced per expert
+            stacked = ex.stacked(name)
+            if stacked is not None:
+                ops.repack_stack(mod, stacked, [lin.blocks for lin in getattr(ex, name)])
         gate_up = [ops.block_linear(mod, [ex.gate_proj[e].blocks, ex.up_proj[e].blocks]) for e in range(ex.n_experts)]
         down = [ops.block_linear(mod, [ex.down_proj[e].blocks]) for e in range(ex.n_experts)]
     else:

@@ -41,6 +41,22 @@ class BlockExperts(nn.Module):
         self.down_proj = nn.ModuleList(BlockLinear(b) for b in down)
         self.act = get_activation(activation, fused)
 
+    def stacked(self, name: str) -> GGMLBlocks | None:
+        """The experts' `name` matrices ("gate_proj", "up_proj", "down_proj") as one (E rows, in) GGMLBlocks over
+        their own bytes when they are consecutive rows of one tensor (as expert_blocks cuts a GGUF's expert
+        tensor), else None: kernels/ops.repack_stack repacks that once for all experts."""
+        lins = getattr(self, name)
+        first = lins[0].data
+        row_bytes, rows = first.shape[1], lins[0].out_features
+        consecutive = all(
+            lin.data.is_contiguous() and lin.data.shape == first.shape and lin.ggml_type == lins[0].ggml_type
+            and lin.data.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+            and lin.data.data_ptr() == first.data_ptr() + e * rows * row_bytes for e, lin in enumerate(lins))
+        if not (consecutive and first.is_contiguous()):
+            return None
+        view = first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (len(lins) * rows, row_bytes))
+        return GGMLBlocks(lins[0].ggml_type, view, (len(lins) * rows, lins[0].in_features))
+
     def dense_weights(self) -> dict[str, torch.Tensor]:
         """The stacked (E, F, D) / (E, D, F) matrices a dense Experts holds (nn/block_state.py)."""
         return {name: torch.stack([lin.weight for lin in getattr(self, name)])

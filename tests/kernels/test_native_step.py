@@ -98,6 +98,13 @@ def test_native_step_equals_torch_step_fp32(variant: str) -> None:
     compare(model(**VARIANTS[variant]), None)
 
 
+@pytest.mark.parametrize("variant", sorted(v for v in VARIANTS if v.startswith("moe")))
+def test_native_step_one_row_moe(variant: str) -> None:
+    """One row per step: moe_layer.h's one-row path (every chosen expert's gate|up in one parallel region, their
+    downs in a second) equals the torch step as the batched path does."""
+    compare(model(**VARIANTS[variant]), None, b=1)
+
+
 @pytest.mark.parametrize("quant", ["bf16", "q8_0", "q4_1", "q8_0_a8", "q4_1_a8"])
 @pytest.mark.parametrize("b", [1, 3])  # one row and a batch take different kernel tiles
 def test_native_step_equals_torch_step_weight_formats(quant: str, b: int) -> None:

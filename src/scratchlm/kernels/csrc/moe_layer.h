@@ -7,7 +7,9 @@
 //   [shared expert] y <- y + sigmoid(w_s . x) down_s(act(gate_s x) * up_s x)                   (Qwen2-MoE)
 // top_k orders by value, the lower expert first among equal values. Rows are grouped by expert: each chosen expert
 // runs once on all its rows (its gate|up and down Linears), and y sums the experts' weighted outputs in ascending
-// expert order, as nn/moe.py's grouped path does with index_add (each term w * out rounded, then added).
+// expert order, as nn/moe.py's grouped path does with index_add (each term w * out rounded, then added). One row
+// (a decode step) runs the k experts' gate|up matrices in one parallel region and their down matrices in a second
+// (the same kernels per part as Linear::apply), instead of two regions per expert.
 // Shapes: x_hat, y (R, D); gate|up (2F, D) per expert, gate rows first; down (D, F).
 
 #pragma once
@@ -16,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -32,7 +35,34 @@ struct MoEBuffers {
   FloatBuf logits, xin, xs, gu, f, out;
   std::vector<float> w;
   std::vector<int64_t> idx, order;
+  std::vector<std::unique_ptr<PreparedX>> px;  // one row: each chosen expert's down input, prepared (px[0]: x for
+                                               // all gate|ups)
 };
+
+// One matrix part's rows [0, N) on its own input (prepared in px), written to y (one row): an item of run_parts.
+struct PartJob {
+  const MatrixRef* part;
+  const float* x;
+  float* y;
+  const PreparedX* px;
+};
+
+// Every job's rows in one parallel region, chunked by the work per row as Linear::apply chunks its parts (B = 1).
+inline void run_parts(const std::vector<PartJob>& jobs) {
+  int64_t rows = 0, bytes = 0;
+  for (const auto& j : jobs) rows += j.part->N, bytes += j.part->N * j.part->row_bytes();
+  const int64_t chunk = row_chunk(rows, bytes / std::max<int64_t>(rows, 1));
+  std::vector<int64_t> first(jobs.size() + 1, 0);  // job i's chunks: [first[i], first[i + 1])
+  for (size_t i = 0; i < jobs.size(); ++i) first[i + 1] = first[i] + (jobs[i].part->N + chunk - 1) / chunk;
+  parallel_chunks(first.back(), chunk >= rows ? first.back() : 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const size_t i = std::upper_bound(first.begin(), first.end(), c) - first.begin() - 1;
+      const PartJob& j = jobs[i];
+      const int64_t lo = (c - first[i]) * chunk, hi = std::min(j.part->N, lo + chunk);
+      j.part->range(j.x, j.y, 1, nullptr, lo, hi, *j.px);
+    }
+  });
+}
 
 struct MoELayer {
   Linear router;                      // (E, D)
@@ -55,9 +85,13 @@ struct MoELayer {
                 router_kind);
     TORCH_CHECK(act == ACT_SILU || act == ACT_GELU || act == ACT_GELU_TANH, "unknown activation code ", act);
     TORCH_CHECK(!gain.defined() || (gain.dim() == 1 && gain.size(0) == D), "the expert input gain must be (D,)");
-    for (int64_t e = 0; e < E; ++e)
+    for (int64_t e = 0; e < E; ++e) {
       TORCH_CHECK(gate_up[e].K == D && gate_up[e].N % 2 == 0 && down[e].N == D && down[e].K == gate_up[e].N / 2,
                   "expert ", e, ": gate|up must be (2F, ", D, ") and down (", D, ", F)");
+      for (const Linear* lin : {&gate_up[e], &down[e]})
+        TORCH_CHECK(!lin->in_scale.defined() && !lin->out_scale.defined() && !lin->bias.defined(),
+                    "expert ", e, ": its matrices take no scales or bias");
+    }
     TORCH_CHECK(shared.empty() || (shared.size() == 3 && shared[0].K == D && shared[0].N % 2 == 0 &&
                                    shared[1].N == D && shared[1].K == shared[0].N / 2 && shared[2].N == 1 &&
                                    shared[2].K == D),
@@ -110,6 +144,11 @@ struct MoELayer {
       x = xin.data();
     }
     std::fill(y, y + R * D, 0.0f);
+    if (R == 1) {
+      one_row(x, y, buf);
+      if (!shared.empty()) add_shared(x, y, R, buf, scratch);
+      return;
+    }
     // the (row, slot) pairs by expert, rows ascending within each expert
     std::vector<int64_t> pairs(R * k);
     std::iota(pairs.begin(), pairs.end(), 0);
@@ -156,6 +195,52 @@ struct MoELayer {
       for (int64_t c = 0; c < D; ++c) {
         const float term = s * out[r * D + c];
         y[r * D + c] += term;
+      }
+    }
+  }
+
+  // R = 1: y (D) = sum over the k chosen experts, ascending, of w_j down_e(act(gate_e x) * up_e x); two parallel
+  // regions (all gate|up parts on x, then each down part on its own f), the products as Linear::apply's.
+  void one_row(const float* x, float* y, MoEBuffers& buf) const {
+    const int64_t k = top_k, D = router.K;
+    std::vector<int64_t> slot(k);  // slots by ascending expert
+    std::iota(slot.begin(), slot.end(), 0);
+    std::sort(slot.begin(), slot.end(), [&](int64_t a, int64_t b) { return buf.idx[a] < buf.idx[b]; });
+    while (static_cast<int64_t>(buf.px.size()) < k) buf.px.push_back(std::make_unique<PreparedX>());
+    int64_t F2max = 0;
+    for (int64_t j = 0; j < k; ++j) F2max = std::max(F2max, gate_up[buf.idx[j]].N);
+    auto& gu = sized(buf.gu, k * F2max);
+    auto& f = sized(buf.f, k * F2max / 2);
+    auto& out = sized(buf.out, k * D);
+    std::vector<PartJob> jobs;
+    PreparedX& px = *buf.px[0];
+    px.reset();
+    for (int64_t j = 0; j < k; ++j) {
+      const Linear& lin = gate_up[buf.idx[slot[j]]];
+      for (size_t i = 0; i < lin.parts.size(); ++i) {
+        lin.parts[i].prepare(x, 1, px);
+        jobs.push_back({&lin.parts[i], x, &gu[j * F2max + lin.starts[i]], &px});
+      }
+    }
+    run_parts(jobs);
+    jobs.clear();
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t e = buf.idx[slot[j]], F = gate_up[e].N / 2;
+      gate_row(&gu[j * F2max], &gu[j * F2max + F], &f[j * F2max / 2], F, act);
+      const Linear& lin = down[e];
+      PreparedX& pj = *buf.px[j];
+      pj.reset();
+      for (size_t i = 0; i < lin.parts.size(); ++i) {
+        lin.parts[i].prepare(&f[j * F2max / 2], 1, pj);
+        jobs.push_back({&lin.parts[i], &f[j * F2max / 2], &out[j * D + lin.starts[i]], &pj});
+      }
+    }
+    run_parts(jobs);
+    for (int64_t j = 0; j < k; ++j) {
+      const float wr = buf.w[slot[j]];
+      for (int64_t c = 0; c < D; ++c) {
+        const float term = out[j * D + c] * wr;
+        y[c] += term;
       }
     }
   }

@@ -10,11 +10,11 @@ Files (made once into --workdir, default ~/.cache/scratchlm-bench/gguf):
                 28 layers, 16/8 heads of 128, QK-norm, d_ff 3072, vocab 151936, tied; Gemma-3-270M: D 640, 18
                 layers, 4/1 heads of 256, d_ff 2048, vocab 262144, sliding window 512) written as F16 by gguf-py
                 and quantized by llama.cpp to Q4_K_M (--big)
-    phi3-mini / olmo2-1b / llama-8b / qwen3moe-a3b-4l   the same (--families) for Phi-3-mini's shape (D 3072,
+    phi3-mini / olmo2-1b / llama-8b / qwen3moe-a3b-12l   the same (--families) for Phi-3-mini's shape (D 3072,
                 32 layers, 32 heads of 96, MHA, d_ff 8192, vocab 32064; q | k | v and gate | up fused as llama.cpp's
                 phi3 holds them), OLMo-2-1B's (D 2048, 16 layers, 16 heads, d_ff 8192, vocab 100352; norms after
                 attention / FFN, QK-norm over the projections), Llama-3.1-8B's (D 4096, 32 layers, 32/8 heads,
-                d_ff 14336, vocab 128256; Mistral-7B's matrices are the same but for a 32000 vocab) and 4 of
+                d_ff 14336, vocab 128256; Mistral-7B's matrices are the same but for a 32000 vocab) and 12 of
                 Qwen3-30B-A3B's 48 layers (128 experts of 768, 8 used, 32/4 heads of 128; a 32000 vocab)
     llama-1b-*  the same 1B F16 file quantized by llama.cpp to Q2_K, Q3_K_M, IQ4_XS, Q4_0, Q5_K_M, Q6_K too
                 (--types-1b: the other types people download, at a size where they decide the speed)
@@ -71,8 +71,8 @@ BIG = {"llama-1b": dict(d=2048, layers=16, heads=32, kv=8, ff=8192, vocab=32000)
 FAMILIES = {"phi3-mini": dict(d=3072, layers=32, heads=32, kv=32, ff=8192, vocab=32064, arch="phi3"),  # head 96, fused
             "olmo2-1b": dict(d=2048, layers=16, heads=16, kv=16, ff=8192, vocab=100352, arch="olmo2"),
             "llama-8b": dict(d=4096, layers=32, heads=32, kv=8, ff=14336, vocab=128256),  # Llama-3.1-8B / Mistral-7B
-            # 4 of Qwen3-30B-A3B's 48 layers (128 experts of 768, 8 used; 32/4 heads of 128), a 32000 vocab
-            "qwen3moe-a3b-4l": dict(d=2048, layers=4, heads=32, kv=4, ff=768, vocab=32000, arch="qwen3moe",
+            # 12 of Qwen3-30B-A3B's 48 layers (128 experts of 768, 8 used; 32/4 heads of 128), a 32000 vocab
+            "qwen3moe-a3b-12l": dict(d=2048, layers=12, heads=32, kv=4, ff=768, vocab=32000, arch="qwen3moe",
                                     head_dim=128, experts=128, used=8)}
 
 

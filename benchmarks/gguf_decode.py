@@ -143,11 +143,9 @@ def random_llama_f16(path: Path, d: int, layers: int, heads: int, kv: int, ff: i
     tensors: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (vocab, d)), ("output_norm.weight", (d,))]
     if not tied:
         tensors.append(("output.weight", (vocab, d)))
+    norms = {"gemma3": ("attn_norm", "ffn_norm", "post_attention_norm", "post_ffw_norm"),
+             "olmo2": ("post_attention_norm", "post_ffw_norm")}.get(arch, ("attn_norm", "ffn_norm"))
     for i in range(layers):
-        norms = {"llama": ("attn_norm", "ffn_norm"), "qwen3": ("attn_norm", "ffn_norm"), "phi3": ("attn_norm", "ffn_norm"),
-                 "qwen3moe": ("attn_norm", "ffn_norm"),
-                 "gemma3": ("attn_norm", "ffn_norm", "post_attention_norm", "post_ffw_norm"),
-                 "olmo2": ("post_attention_norm", "post_ffw_norm")}[arch]
         tensors += [(f"blk.{i}.{n}.weight", (d,)) for n in norms]
         if arch in ("qwen3", "gemma3", "qwen3moe"):
             tensors += [(f"blk.{i}.attn_q_norm.weight", (hd,)), (f"blk.{i}.attn_k_norm.weight", (hd,))]

@@ -76,7 +76,11 @@ def _module_linear(mod: Any, lins: list[Any]) -> Any:
     the blocks, or the fp32 weights)."""
     if all(isinstance(lin, BlockLinear) for lin in lins):
         return ops.block_linear(mod, [lin.blocks for lin in lins])
-    ws = [lin.weight.detach() for lin in lins]
+    return _f32_linear(mod, [lin.weight.detach() for lin in lins])
+
+
+def _f32_linear(mod: Any, ws: list[torch.Tensor]) -> Any:
+    """The kernel module's Linear over fp32 matrices ws (rows_i, K) stacked by rows, read in place."""
     return mod.Linear([ops.FORMAT_CODES["F32"]] * len(ws), ws, [w.shape[0] for w in ws], ws[0].shape[1], None, None,
                       None)
 
@@ -130,11 +134,9 @@ def native_moe(mod: Any, layer: PackedLayer, act: int) -> Any:
         gate_up = [ops.block_linear(mod, [ex.gate_proj[e].blocks, ex.up_proj[e].blocks]) for e in range(ex.n_experts)]
         down = [ops.block_linear(mod, [ex.down_proj[e].blocks]) for e in range(ex.n_experts)]
     else:
-        n, f, d = ex.gate_proj.shape
-        f32 = ops.FORMAT_CODES["F32"]
-        gate_up = [mod.Linear([f32, f32], [ex.gate_proj[e].detach(), ex.up_proj[e].detach()], [f, f], d, None, None,
-                              None) for e in range(n)]
-        down = [mod.Linear([f32], [ex.down_proj[e].detach()], [d], f, None, None, None) for e in range(n)]
+        g, u, d = (w.detach() for w in (ex.gate_proj, ex.up_proj, ex.down_proj))
+        gate_up = [_f32_linear(mod, [g[e], u[e]]) for e in range(g.shape[0])]
+        down = [_f32_linear(mod, [d[e]]) for e in range(g.shape[0])]
     gain = torch.empty(0) if layer.ffn_gain is None else layer.ffn_gain
     shared = []
     if moe.shared_expert is not None:

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <vector>
 
@@ -25,5 +26,11 @@ struct Aligned64 {
 };
 
 using FloatBuf = std::vector<float, Aligned64<float>>;  // data() on a 64-byte line
+
+// v with room for n values, grown only (a work buffer kept between calls: every user writes before it reads)
+inline FloatBuf& sized(FloatBuf& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v;
+}
 
 }  // namespace scratchlm

@@ -20,6 +20,35 @@ namespace scratchlm {
 
 inline const float* opt_ptr(const torch::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
+// One matrix part's rows [0, N) on its input x (B rows, prepared in px) into y (+ residual), both at the part's
+// first row: an item of run_parts.
+struct PartJob {
+  const MatrixRef* part;
+  const float* x;
+  float* y;
+  const float* residual;
+  const PreparedX* px;
+};
+
+// Every job's rows in one parallel region, in chunks counted from each part's first row (as the part's own matvec
+// splits it: the prompt GEMM pairs 12-row groups from there, strassen_gemm.h), sized by the work per row of all
+// the jobs together. The parts of one matrix (Linear::apply), or of several (moe_layer.h's chosen experts).
+inline void run_parts(const std::vector<PartJob>& jobs, int64_t B) {
+  int64_t rows = 0, bytes = 0;
+  for (const auto& j : jobs) rows += j.part->N, bytes += j.part->N * j.part->row_bytes();
+  const int64_t chunk = row_chunk(rows, bytes / std::max<int64_t>(rows, 1) * B);
+  std::vector<int64_t> first(jobs.size() + 1, 0);  // job i's chunks: [first[i], first[i + 1])
+  for (size_t i = 0; i < jobs.size(); ++i) first[i + 1] = first[i] + (jobs[i].part->N + chunk - 1) / chunk;
+  parallel_chunks(first.back(), chunk >= rows ? first.back() : 1, [&](int64_t c0, int64_t c1) {  // no split: one thread
+    for (int64_t c = c0; c < c1; ++c) {
+      const size_t i = std::upper_bound(first.begin(), first.end(), c) - first.begin() - 1;
+      const PartJob& j = jobs[i];
+      const int64_t lo = (c - first[i]) * chunk, hi = std::min(j.part->N, lo + chunk);
+      j.part->range(j.x, j.y, B, j.residual, lo, hi, *j.px);
+    }
+  });
+}
+
 struct Linear {
   std::vector<torch::Tensor> ws, scales;               // each part's weights (and A8 scales), kept alive here
   std::vector<torch::Tensor> repacked;                 // the parts' repacked copies (gemv_r16.h)
@@ -113,20 +142,12 @@ struct Linear {
     if (parts.size() == 1) return parts[0].matvec(x, y, B, residual);
     PreparedX& px = prepared_x();  // x's other forms, each prepared once for all parts
     px.reset();
-    for (const auto& p : parts) p.prepare(x, B, px);
-    // one parallel region over all rows, in chunks of each part counted from that part's first row (as the part's
-    // own matvec splits it: the prompt GEMM pairs 12-row groups from there, strassen_gemm.h), sized by the work
-    // per row of the whole matrix
-    const int64_t chunk = row_chunk(N, bytes() / std::max<int64_t>(N, 1) * B);
-    std::vector<int64_t> first(parts.size() + 1, 0);  // part i's chunks: [first[i], first[i + 1])
-    for (size_t i = 0; i < parts.size(); ++i) first[i + 1] = first[i] + (parts[i].N + chunk - 1) / chunk;
-    parallel_chunks(first.back(), chunk >= N ? first.back() : 1, [&](int64_t c0, int64_t c1) {  // no split: one thread
-      for (int64_t c = c0; c < c1; ++c) {
-        const size_t i = std::upper_bound(first.begin(), first.end(), c) - first.begin() - 1;
-        const int64_t s = starts[i], lo = (c - first[i]) * chunk, hi = std::min(parts[i].N, lo + chunk);
-        parts[i].range(x, y + s, B, residual ? residual + s : nullptr, lo, hi, px);
-      }
-    });
+    std::vector<PartJob> jobs;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      parts[i].prepare(x, B, px);
+      jobs.push_back({&parts[i], x, y + starts[i], residual ? residual + starts[i] : nullptr, &px});
+    }
+    run_parts(jobs, B);
   }
 
   // x (B, K) fp32 CPU -> y (B, N) fp32: this linear on its own (PackedLinear's kernel call, tests).

@@ -65,11 +65,6 @@ struct StepBuffers {
   FloatBuf x, x2, xn, qkv, q, att, gu, f;  // on 64-byte lines: their 16-float rows are whole cache lines
   std::vector<float> scratch;
   std::vector<int64_t> starts;  // a paged cache's lengths moved to each row's last token
-  // v with room for n values (its contents are not kept meaningful: every user writes before it reads)
-  static FloatBuf& sized(FloatBuf& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-    return v;
-  }
 };
 
 struct LlamaStep {
@@ -318,12 +313,12 @@ struct LlamaStep {
     // this thread's buffers, kept between calls (grown, never shrunk): allocated per call, a prompt's first calls
     // paid ~20% in page faults (glibc maps large blocks afresh until its thresholds adapt)
     thread_local StepBuffers buf;
-    auto& x = buf.sized(buf.x, R * D);
-    auto& x2 = buf.sized(buf.x2, R * D);
-    auto& xn = buf.sized(buf.xn, R * D);
-    auto& qkv = buf.sized(buf.qkv, R * QKV);
-    auto& q = buf.sized(buf.q, R * H * Hd);
-    auto& att = buf.sized(buf.att, R * H * Hd);
+    auto& x = sized(buf.x, R * D);
+    auto& x2 = sized(buf.x2, R * D);
+    auto& xn = sized(buf.xn, R * D);
+    auto& qkv = sized(buf.qkv, R * QKV);
+    auto& q = sized(buf.q, R * H * Hd);
+    auto& att = sized(buf.att, R * H * Hd);
     auto& scratch = buf.scratch;
     for (int64_t r = 0; r < R; ++r) {
       TORCH_CHECK(tp[r] >= 0 && tp[r] < V, "token id ", tp[r], " out of range");
@@ -381,8 +376,8 @@ struct LlamaStep {
         continue;
       }
       const int64_t F2 = lay[2].N, F = F2 / 2;
-      auto& gu = buf.sized(buf.gu, rows * F2);
-      auto& f = buf.sized(buf.f, rows * F);
+      auto& gu = sized(buf.gu, rows * F2);
+      auto& f = sized(buf.f, rows * F);
       lay[2].apply(sp.pre_norm ? xn.data() : x.data(), gu.data(), rows, nullptr, scratch);
       each_row(rows, [&](int64_t r) { gate_row(&gu[r * F2], &gu[r * F2 + F], &f[r * F], F, act); });
       residual(lay[3], f.data(), sp.ffn_out_gain, x, x2, rows, scratch);

@@ -9,7 +9,7 @@
 // runs once on all its rows (its gate|up and down Linears), and y sums the experts' weighted outputs in ascending
 // expert order, as nn/moe.py's grouped path does with index_add (each term w * out rounded, then added). One row
 // (a decode step) runs the k experts' gate|up matrices in one parallel region and their down matrices in a second
-// (the same kernels per part as Linear::apply), instead of two regions per expert.
+// (linear.h's run_parts, as Linear::apply runs its parts), instead of two regions per expert.
 // Shapes: x_hat, y (R, D); gate|up (2F, D) per expert, gate rows first; down (D, F).
 
 #pragma once
@@ -33,35 +33,18 @@ constexpr int64_t ROUTER_SOFTMAX_TOPK = 0, ROUTER_TOPK_SOFTMAX = 1;
 // MoELayer::apply's work buffers (kept per thread between calls, grown only)
 struct MoEBuffers {
   FloatBuf logits, xin, xs, gu, f, out;
-  std::vector<float> w;
+  std::vector<float> w, p;
   std::vector<int64_t> idx, order;
   std::vector<std::unique_ptr<PreparedX>> px;  // one row: each chosen expert's down input, prepared (px[0]: x for
                                                // all gate|ups)
 };
 
-// One matrix part's rows [0, N) on its own input (prepared in px), written to y (one row): an item of run_parts.
-struct PartJob {
-  const MatrixRef* part;
-  const float* x;
-  float* y;
-  const PreparedX* px;
-};
-
-// Every job's rows in one parallel region, chunked by the work per row as Linear::apply chunks its parts (B = 1).
-inline void run_parts(const std::vector<PartJob>& jobs) {
-  int64_t rows = 0, bytes = 0;
-  for (const auto& j : jobs) rows += j.part->N, bytes += j.part->N * j.part->row_bytes();
-  const int64_t chunk = row_chunk(rows, bytes / std::max<int64_t>(rows, 1));
-  std::vector<int64_t> first(jobs.size() + 1, 0);  // job i's chunks: [first[i], first[i + 1])
-  for (size_t i = 0; i < jobs.size(); ++i) first[i + 1] = first[i] + (jobs[i].part->N + chunk - 1) / chunk;
-  parallel_chunks(first.back(), chunk >= rows ? first.back() : 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const size_t i = std::upper_bound(first.begin(), first.end(), c) - first.begin() - 1;
-      const PartJob& j = jobs[i];
-      const int64_t lo = (c - first[i]) * chunk, hi = std::min(j.part->N, lo + chunk);
-      j.part->range(j.x, j.y, 1, nullptr, lo, hi, *j.px);
-    }
-  });
+// y (n) += w * v (n), each product rounded, then added: nn/moe.py's index_add of w * out
+inline void add_scaled(float* y, const float* v, float w, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float term = v[c] * w;
+    y[c] += term;
+  }
 }
 
 struct MoELayer {
@@ -101,9 +84,9 @@ struct MoELayer {
   int64_t experts() const { return router.N; }
 
   // One row's routing: logits (E) -> w, idx (top_k), see the header.
-  void route(const float* logits, float* w, int64_t* idx, std::vector<int64_t>& order) const {
+  void route(const float* logits, float* w, int64_t* idx, std::vector<float>& p, std::vector<int64_t>& order) const {
     const int64_t E = experts();
-    std::vector<float> p(logits, logits + E);
+    p.assign(logits, logits + E);
     if (router_kind == ROUTER_SOFTMAX_TOPK) softmax(p.data(), E);
     order.resize(E);
     std::iota(order.begin(), order.end(), 0);
@@ -134,7 +117,7 @@ struct MoELayer {
     auto& logits = sized(buf.logits, R * E);
     router.apply(xh, logits.data(), R, nullptr, scratch);
     buf.w.resize(R * k), buf.idx.resize(R * k);
-    for (int64_t r = 0; r < R; ++r) route(&logits[r * E], &buf.w[r * k], &buf.idx[r * k], buf.order);
+    for (int64_t r = 0; r < R; ++r) route(&logits[r * E], &buf.w[r * k], &buf.idx[r * k], buf.p, buf.order);
     const float* x = xh;
     if (gain.defined()) {
       auto& xin = sized(buf.xin, R * D);
@@ -166,14 +149,7 @@ struct MoELayer {
       gate_up[e].apply(xs.data(), gu.data(), n, nullptr, scratch);
       for (int64_t i = 0; i < n; ++i) gate_row(&gu[i * F2], &gu[i * F2 + F], &f[i * F], F, act);
       down[e].apply(f.data(), out.data(), n, nullptr, scratch);
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t r = pairs[i0 + i] / k;
-        const float wr = buf.w[pairs[i0 + i]];
-        for (int64_t c = 0; c < D; ++c) {
-          const float term = out[i * D + c] * wr;
-          y[r * D + c] += term;
-        }
-      }
+      for (int64_t i = 0; i < n; ++i) add_scaled(y + pairs[i0 + i] / k * D, &out[i * D], buf.w[pairs[i0 + i]], D);
       i0 = i1;
     }
     if (!shared.empty()) add_shared(x, y, R, buf, scratch);
@@ -190,13 +166,7 @@ struct MoELayer {
     for (int64_t r = 0; r < R; ++r) gate_row(&gu[r * F2], &gu[r * F2 + F], &f[r * F], F, act);
     shared[1].apply(f.data(), out.data(), R, nullptr, scratch);
     shared[2].apply(x, gate.data(), R, nullptr, scratch);
-    for (int64_t r = 0; r < R; ++r) {
-      const float s = 1.0f / (1.0f + std::exp(-gate[r]));
-      for (int64_t c = 0; c < D; ++c) {
-        const float term = s * out[r * D + c];
-        y[r * D + c] += term;
-      }
-    }
+    for (int64_t r = 0; r < R; ++r) add_scaled(y + r * D, &out[r * D], 1.0f / (1.0f + std::exp(-gate[r])), D);
   }
 
   // R = 1: y (D) = sum over the k chosen experts, ascending, of w_j down_e(act(gate_e x) * up_e x); two parallel
@@ -219,10 +189,10 @@ struct MoELayer {
       const Linear& lin = gate_up[buf.idx[slot[j]]];
       for (size_t i = 0; i < lin.parts.size(); ++i) {
         lin.parts[i].prepare(x, 1, px);
-        jobs.push_back({&lin.parts[i], x, &gu[j * F2max + lin.starts[i]], &px});
+        jobs.push_back({&lin.parts[i], x, &gu[j * F2max + lin.starts[i]], nullptr, &px});
       }
     }
-    run_parts(jobs);
+    run_parts(jobs, 1);
     jobs.clear();
     for (int64_t j = 0; j < k; ++j) {
       const int64_t e = buf.idx[slot[j]], F = gate_up[e].N / 2;
@@ -232,22 +202,11 @@ struct MoELayer {
       pj.reset();
       for (size_t i = 0; i < lin.parts.size(); ++i) {
         lin.parts[i].prepare(&f[j * F2max / 2], 1, pj);
-        jobs.push_back({&lin.parts[i], &f[j * F2max / 2], &out[j * D + lin.starts[i]], &pj});
+        jobs.push_back({&lin.parts[i], &f[j * F2max / 2], &out[j * D + lin.starts[i]], nullptr, &pj});
       }
     }
-    run_parts(jobs);
-    for (int64_t j = 0; j < k; ++j) {
-      const float wr = buf.w[slot[j]];
-      for (int64_t c = 0; c < D; ++c) {
-        const float term = out[j * D + c] * wr;
-        y[c] += term;
-      }
-    }
-  }
-
-  static FloatBuf& sized(FloatBuf& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-    return v;
+    run_parts(jobs, 1);
+    for (int64_t j = 0; j < k; ++j) add_scaled(y, &out[j * D], buf.w[slot[j]], D);
   }
 };
 

@@ -8,7 +8,7 @@ GEMM, quant/block_matmul.py); the peer is torch's fp32 GEMM on the already dequa
 fp32 in memory: the same FLOPs without any widening, oneDNN/MKL's blocking). The blocks are llama.cpp's
 quantization of 64 Gaussian rows, tiled to N. Each of --repeats rounds waits for a quiet machine
 (benchmarks/quiet.py) and times them back to back; each keeps its best round. ratio = ours / peer. From 64 rows
-on AVX-512 ours runs one level of Strassen-Winograd (7/8 of the FMAs; GFLOP/s count the plain product's FLOPs):
+ours runs one level of Strassen-Winograd (7/8 of the FMAs; GFLOP/s count the plain product's FLOPs):
 "plain" is ours with it switched off (set_strassen(False)), timed in the same rounds.
 Prints one JSON object:
   {"types": {T: {"NxK": {"B": {"ours_gflop_s", "plain_gflop_s", "tiles_gflop_s", "torch_fp32_gflop_s", "ratio"}}}},

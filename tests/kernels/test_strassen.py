@@ -1,18 +1,18 @@
 """The prompt GEMM's Strassen-Winograd level (kernels/csrc/strassen_gemm.h) against float64 and the plain order.
 
-On AVX-512 builds, from 49 tokens (units of four 16-token tiles, a last tile's padding lanes zero tokens) with K a
-multiple of 256, pairs of 12-row weight groups take one
+On every build (AVX-512, AVX2, portable), from 49 tokens (units of four 16-token tiles, a last tile's padding lanes
+zero tokens) with K a multiple of 256, pairs of row groups (12 rows each on AVX-512, 6 elsewhere) take one
 level of Strassen-Winograd (7 block products for 8). Per block type that reaches it (a 32-value and a 256-value
 one of each family):
 - == float64 x @ W^T (W = dequantize_blocks) within the fp32 bound of each token on its own (1e-6 * that token's
   max_n sum_k |x_k w_nk| + 1e-7), for 56, 64, 100, 120 and 130 tokens (56, 120: a last unit with padding lanes;
   100, 130: tiles past the units, the plain micro-kernels) and
-  85 weight rows (three pairs of 12-row groups and 13 rows past them), with one token 2^20 times the size of the
+  85 weight rows (AVX-512: three pairs of 12-row groups and 13 rows past them), with one token 2^20 times the size of the
   others: each token's x is scaled by a power of two to its own range first, so the large token's rounding does not
   reach the sums of its partner (the token 32 places from it in its unit of 64: a zero token's outputs would be
   that partner's rounding, ~1e-7 of its scaled sums, not exact zeros);
 - set_strassen(False) gives the plain order, within the same bound, whose rows are the same bits at every batch
-  size; on AVX-512 the two orders differ (the level ran), elsewhere they are the same function;
+  size; the two orders differ (the level ran);
 - two threads give the same bits as one (the pairs are the same rows whatever the split);
 - a call whose x holds an inf or a NaN runs the plain order, so the other tokens' outputs stay finite (inf - inf in
   the sums would reach a token's partner).
@@ -66,10 +66,7 @@ def test_strassen_level_is_within_each_tokens_fp32_bound(kernels, type_name: str
         for got in (on, off):
             err = (got.double() - ref).abs()
             assert bool((err <= bound).all()), (b, float((err / bound).max()))
-        if kernels.simd() == "avx512":
-            assert not torch.equal(on, off)  # the level ran
-        else:
-            assert torch.equal(on, off)
+        assert not torch.equal(on, off)  # the level ran
     plain = with_strassen(kernels, False, lambda: ops.linear_blocks(kernels, x, blocks))
     for b in (56, 64, 100):
         same = with_strassen(kernels, False, lambda: ops.linear_blocks(kernels, x[:b], blocks))

@@ -16,7 +16,7 @@
 //   row block's last slice is done, while its sums are still in L2.
 // Every y[t, n] is sum_k x[t, k] w[n, k] in one fixed order (k ascending within a KC slice, the slices' sums
 // added in order), whatever the thread split: results do not depend on the number of threads. Without
-// Strassen-Winograd (other targets than AVX-512, K not a multiple of SW_K, fewer than 49 tokens, or
+// Strassen-Winograd (K not a multiple of SW_K, fewer than 49 tokens, or
 // set_strassen(False)) they do not depend on the tile, row group or batch size either; with it (strassen_gemm.h:
 // from four 16-token tiles, pairs of row groups) a token's sums also depend on the token 32 places from it in its
 // unit of four tiles,
@@ -104,14 +104,12 @@ void gemm_block_rows(const PackedX& xp, const WeightRows<Block>& src, float* y, 
     const int64_t mc = std::min(GEMM_MC, rows - m0);
     float* sums = zeroed_sums<GEMM_R>(acc, GEMM_MC, mc, tiles);
     int64_t g0 = 0;  // the first row group the plain loop below takes
-#if defined(SCRATCHLM_AVX512)
     if (xp.units > 0 && mc >= 2 * GEMM_R) {
       thread_local FloatBuf prods, wq;
       const int64_t pairs = mc / (2 * GEMM_R);
       strassen_rows<Block>(xp, src, n0 + m0, pairs, sums, prods, wq);
       g0 = pairs * 2 * GEMM_R;
     }
-#endif
     for (int64_t k0 = 0; g0 < mc && k0 < K; k0 += GEMM_KC) {
       const int64_t kc = std::min(GEMM_KC, K - k0);
       for (int64_t g = g0; g < mc; g += GEMM_R) {

@@ -32,8 +32,8 @@ constexpr int64_t SW_TOKENS = 4 * GEMM_NT;  // token slots per Strassen-Winograd
 constexpr int64_t SW_K = GEMM_KC;           // K per Strassen-Winograd chunk: one widened slice
 constexpr int64_t SW_HALF = SW_K / 2;       // and its halves
 
-// One level of Strassen-Winograd in the AVX-512 prompt GEMM (strassen_gemm.h), the default; off (the module's
-// set_strassen, for tests and benchmarks): every product the plain way, as on the other targets.
+// One level of Strassen-Winograd in the prompt GEMM (strassen_gemm.h), the default on every target; off (the
+// module's set_strassen, for tests and benchmarks): every product the plain way.
 inline std::atomic<bool> strassen_enabled{true};
 
 #if defined(SCRATCHLM_AVX512)
@@ -81,24 +81,43 @@ struct PackedX {
   std::vector<float> up;
   FloatBuf s;
 
-#if defined(SCRATCHLM_AVX512)
   // 2^e for a row of n values (n % 16 == 0) whose largest |value| is f * 2^e, f in [0.5, 1); e kept in [-64, 64]
   // (1 for a row of zeros); 0 for a row that holds an inf or a NaN
   static float up_scale(const float* row, int64_t n) {
+    float top = 0.0f;
+    bool bad = false;
+#if defined(SCRATCHLM_AVX512)
     __m512 m = _mm512_setzero_ps();
-    __mmask16 bad = 0;
+    __mmask16 nan = 0;
     for (int64_t k = 0; k < n; k += 16) {
       const __m512 v = _mm512_loadu_ps(row + k);
       m = _mm512_max_ps(m, _mm512_abs_ps(v));
-      bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_NEQ_UQ);  // v - v: NaN for inf / NaN
+      nan |= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_NEQ_UQ);  // v - v: NaN for inf / NaN
     }
+    bad = nan != 0, top = _mm512_reduce_max_ps(m);
+#elif defined(SCRATCHLM_AVX2)
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n; k += 8) {
+      const __m256 v = _mm256_loadu_ps(row + k);
+      m = _mm256_max_ps(m, _mm256_and_ps(v, abs_mask));
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m);
+    for (float v : lanes) top = std::max(top, v);
+    bad = _mm256_movemask_ps(nan) != 0;
+#else
+    for (int64_t k = 0; k < n; ++k) {
+      if (!std::isfinite(row[k])) bad = true;
+      top = std::max(top, std::fabs(row[k]));
+    }
+#endif
     if (bad) return 0.0f;
-    const float top = _mm512_reduce_max_ps(m);
     int e = 0;
     if (top > 0.0f) std::frexp(top, &e);
     return std::ldexp(1.0f, std::clamp(e, -64, 64));
   }
-#endif
 
   PackedX() = default;
   PackedX(const PackedX&) = delete;
@@ -111,11 +130,7 @@ struct PackedX {
     const size_t need = static_cast<size_t>(tiles * K * GEMM_NT + 16);
     if (buf.size() < need) buf.resize(need);
     t = buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) / sizeof(float)) % 16) % 16;
-#if defined(SCRATCHLM_AVX512)
     const bool sw = strassen_enabled.load(std::memory_order_relaxed) && K % SW_K == 0;
-#else
-    const bool sw = false;
-#endif
     units = sw ? tiles * GEMM_NT / SW_TOKENS : 0, chunks = K / SW_K;  // a last tile's padding lanes are zero tokens
     if (units > 0) up.resize(B); else up.clear();
     std::atomic<bool> finite{true};  // every token's x (Strassen-Winograd's condition, below)
@@ -124,40 +139,37 @@ struct PackedX {
         float* dst = t + tile * K * GEMM_NT;
         const int64_t b0 = tile * GEMM_NT, lanes = std::min(GEMM_NT, B - b0);
         const float* src = x + b0 * K;
-        int64_t k = 0;
-#if defined(SCRATCHLM_AVX512)
-        __m512 down[16];  // each token's 1 / up (Strassen-Winograd's scaling), or 1
+        float down[GEMM_NT];  // each token's 1 / up (Strassen-Winograd's scaling, exact: a power of two), or 1
         for (int64_t l = 0; l < lanes; ++l) {
           const float u = units > 0 ? up_scale(src + l * K, K) : 1.0f;
           if (u == 0.0f) finite.store(false, std::memory_order_relaxed);
           if (units > 0) up[b0 + l] = u > 0.0f ? u : 1.0f;
-          down[l] = _mm512_set1_ps(units > 0 ? 1.0f / up[b0 + l] : 1.0f);
+          down[l] = units > 0 ? 1.0f / up[b0 + l] : 1.0f;
         }
+        int64_t k = 0;
+#if defined(SCRATCHLM_AVX512)
         for (; k + 16 <= K; k += 16) {  // 16 tokens x 16 columns through a register transpose: whole lines
           __m512 v[16];
           for (int64_t l = 0; l < 16; ++l) v[l] = l < lanes ? _mm512_loadu_ps(src + l * K + k) : _mm512_setzero_ps();
           if (units > 0)
-            for (int64_t l = 0; l < lanes; ++l) v[l] = _mm512_mul_ps(v[l], down[l]);
+            for (int64_t l = 0; l < lanes; ++l) v[l] = _mm512_mul_ps(v[l], _mm512_set1_ps(down[l]));
           transpose16(v);
           for (int i = 0; i < 16; ++i) _mm512_store_ps(dst + (k + i) * GEMM_NT, v[i]);
         }
 #endif
-        for (; k < K; ++k) {  // (not reached with units > 0: K is then a multiple of SW_K)
+        for (; k < K; ++k) {
           float* line = dst + k * GEMM_NT;
-          for (int64_t l = 0; l < lanes; ++l) line[l] = src[l * K + k];
+          for (int64_t l = 0; l < lanes; ++l) line[l] = src[l * K + k] * down[l];
           for (int64_t l = lanes; l < GEMM_NT; ++l) line[l] = 0.0f;
         }
       }
     });
-#if defined(SCRATCHLM_AVX512)
     // an inf / NaN in a token's x would reach its partner's outputs through the sums (inf - inf): such a call
     // runs the plain order (the scaling stays: exact, undone as y lands)
     if (!finite.load()) units = 0;
     if (units > 0) sums();
-#endif
   }
 
-#if defined(SCRATCHLM_AVX512)
   // s from the packed tiles (see above), one (unit, chunk) per task
   void sums() {
     constexpr int64_t KC = SW_HALF, NT = GEMM_NT;
@@ -172,19 +184,18 @@ struct PackedX {
           const float* top = t + ((4 * u + h) * K + c * SW_K) * NT;      // A11 (A12 at + KC * NT)
           const float* bot = t + ((4 * u + 2 + h) * K + c * SW_K) * NT;  // A21 (A22 at + KC * NT)
           for (int64_t e = 0; e < KC * NT; e += 16) {
-            const __m512 a11 = _mm512_load_ps(top + e), a12 = _mm512_load_ps(top + KC * NT + e);
-            const __m512 a21 = _mm512_load_ps(bot + e), a22 = _mm512_load_ps(bot + KC * NT + e);
-            const __m512 s1 = _mm512_add_ps(a21, a22), s2 = _mm512_sub_ps(s1, a11);
-            _mm512_store_ps(out + (0 * 2 + h) * KC * NT + e, s1);
-            _mm512_store_ps(out + (1 * 2 + h) * KC * NT + e, s2);
-            _mm512_store_ps(out + (2 * 2 + h) * KC * NT + e, _mm512_sub_ps(a11, a21));
-            _mm512_store_ps(out + (3 * 2 + h) * KC * NT + e, _mm512_sub_ps(a12, s2));
+            const VF a11 = vload(top + e), a12 = vload(top + KC * NT + e);
+            const VF a21 = vload(bot + e), a22 = vload(bot + KC * NT + e);
+            const VF s1 = vadd(a21, a22), s2 = vsub(s1, a11);
+            vstore(out + (0 * 2 + h) * KC * NT + e, s1);
+            vstore(out + (1 * 2 + h) * KC * NT + e, s2);
+            vstore(out + (2 * 2 + h) * KC * NT + e, vsub(a11, a21));
+            vstore(out + (3 * 2 + h) * KC * NT + e, vsub(a12, s2));
           }
         }
       }
     });
   }
-#endif
 };
 
 // c[r][0:NT] += sum_{k < kc} w[r * ldw + k] * xt[k * NT + 0:NT] for r < R (c: R x NT floats); the slice's sum

@@ -376,7 +376,7 @@ bool set_centered(bool on) { return scratchlm::centered_enabled.exchange(on); }
 // kernels; the old value.
 bool set_fixed24(bool on) { return scratchlm::fixed24_enabled.exchange(on); }
 
-// Run the AVX-512 prompt GEMM with its Strassen-Winograd level (true, the default) or every product the plain way;
+// Run the prompt GEMM with its Strassen-Winograd level (true, the default) or every product the plain way;
 // the old value.
 bool set_strassen(bool on) { return scratchlm::strassen_enabled.exchange(on); }
 
@@ -459,7 +459,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_f32", &linear_f32, nogil(), "x (B, K) fp32 @ W (N, K) fp32 ^T -> (B, N)");
   m.def("linear_bf16", &linear_bf16, nogil(), "x (B, K) fp32 @ W (N, K) bf16 ^T -> (B, N)");
   m.def("has_avx512", &has_avx512, "built with the AVX-512 inner loops");
-  m.def("set_strassen", &set_strassen, "the AVX-512 prompt GEMM with one level of Strassen-Winograd (true, the "
+  m.def("set_strassen", &set_strassen, "the prompt GEMM with one level of Strassen-Winograd (true, the "
         "default: 7/8 of the FMAs from 49 tokens) or the plain order; returns the old value");
   m.def("set_fixed24", &set_fixed24, "one batch row of the K-quants Q2_K-Q6_K (and Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS with "
         "VBMI and BITALG) with x as 24-bit fixed point and integer dot products (gemv_fixed24.h, gemv_fixed24_b32.h: "

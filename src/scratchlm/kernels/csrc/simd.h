@@ -187,6 +187,7 @@ inline VF vload(const float* p) { return {_mm512_loadu_ps(p)}; }
 inline VF vfma(VF a, VF b, VF c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
 inline VF vmul(VF a, VF b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline VF vadd(VF a, VF b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline VF vsub(VF a, VF b) { return {_mm512_sub_ps(a.v, b.v)}; }
 inline float vsum(VF a) { return _mm512_reduce_add_ps(a.v); }
 inline void vstore(float* p, VF a) { _mm512_storeu_ps(p, a.v); }
 inline VF u8_f(B16 b) { return {_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b.v))}; }
@@ -219,6 +220,7 @@ inline VF vload(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p 
 inline VF vfma(VF a, VF b, VF c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
 inline VF vmul(VF a, VF b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
 inline VF vadd(VF a, VF b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+inline VF vsub(VF a, VF b) { return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
 inline float vsum(VF a) { return hsum8(_mm256_add_ps(a.lo, a.hi)); }
 inline void vstore(float* p, VF a) { _mm256_storeu_ps(p, a.lo), _mm256_storeu_ps(p + 8, a.hi); }
 // Bytes -> 32-bit lanes: B16 holds the 16 bytes in both halves, so one in-lane vpshufb per 8 lanes puts byte j
@@ -288,6 +290,10 @@ inline VF vmul(VF a, VF b) {
 }
 inline VF vadd(VF a, VF b) {
   for (int j = 0; j < 16; ++j) a.v[j] += b.v[j];
+  return a;
+}
+inline VF vsub(VF a, VF b) {
+  for (int j = 0; j < 16; ++j) a.v[j] -= b.v[j];
   return a;
 }
 inline float vsum(VF a) {

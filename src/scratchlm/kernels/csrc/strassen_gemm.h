@@ -1,4 +1,4 @@
-// One level of Strassen-Winograd (Winograd's form: 7 products, 15 additions) inside the AVX-512 prompt GEMM of
+// One level of Strassen-Winograd (Winograd's form: 7 products, 15 additions) inside the prompt GEMM of
 // block_gemm.h: 2 x 2 x 2 blocks of (tokens, K, weight rows) whose eight block products become seven, so that a
 // prompt's GEMM does 7/8 of the FMAs. The x side's sums are formed once per call (PackedX::sums), the W side's on
 // the widened slices (sub_block), the outputs' combinations once per row block.
@@ -18,13 +18,24 @@
 
 namespace scratchlm {
 
-#if defined(SCRATCHLM_AVX512)
 // out = a - b over R rows of SW_HALF values (a, b: ld lda, ldb; out: ld SW_HALF)
 inline void sub_block(const float* a, int64_t lda, const float* b, int64_t ldb, float* out) {
   for (int r = 0; r < GEMM_R; ++r)
     for (int64_t e = 0; e < SW_HALF; e += 16)
-      _mm512_store_ps(out + r * SW_HALF + e,
-                      _mm512_sub_ps(_mm512_load_ps(a + r * lda + e), _mm512_load_ps(b + r * ldb + e)));
+      vstore(out + r * SW_HALF + e, vsub(vload(a + r * lda + e), vload(b + r * ldb + e)));
+}
+
+// c_a += the slice (kc columns of R rows at w, ld ldw) times tile xa, c_b the same times xb: two tiles per
+// broadcast weight on AVX-512 (gemm_micro2), one tile at a time elsewhere (AVX2's 16 registers hold one tile's)
+template <int R, int64_t KC>
+inline void gemm_micro_pair(const float* w, int64_t ldw, const float* xa, const float* xb, int64_t kc, float* ca,
+                            float* cb) {
+#if defined(SCRATCHLM_AVX512)
+  gemm_micro2<R, KC>(w, ldw, xa, xb, kc, ca, cb);
+#else
+  gemm_micro<R, KC>(w, ldw, xa, kc, ca);
+  gemm_micro<R, KC>(w, ldw, xb, kc, cb);
+#endif
 }
 
 // One level of Strassen-Winograd on the first `pairs` pairs of R-row groups of a row block (its first row: row0 of
@@ -72,7 +83,7 @@ inline void strassen_rows(const PackedX& xp, const WeightRows<Block>& src, int64
         for (int q = 0; q < 2; ++q) {
           float* cg = group(2 * p + q, j);
           if (j + 1 < tiles)
-            gemm_micro2<R, SW_K>(q ? wb2 : wa, L, xt, xt + K * NT, SW_K, cg, cg + R * NT);
+            gemm_micro_pair<R, SW_K>(q ? wb2 : wa, L, xt, xt + K * NT, SW_K, cg, cg + R * NT);
           else
             gemm_micro<R, SW_K>(q ? wb2 : wa, L, xt, SW_K, cg);
         }
@@ -81,7 +92,7 @@ inline void strassen_rows(const PackedX& xp, const WeightRows<Block>& src, int64
       auto run = [&](const float* wv, int64_t ldw, int i, const float* xa, int64_t step, int64_t per_unit) {
         for (int64_t u = 0; u < units; ++u, xa += per_unit) {
           float* pc = prod(p, u, i);
-          gemm_micro2<R, KC>(wv, ldw, xa, xa + step, KC, pc, pc + R * NT);
+          gemm_micro_pair<R, KC>(wv, ldw, xa, xa + step, KC, pc, pc + R * NT);
         }
       };
       const float* a0 = xp.t + k0 * NT;  // unit 0's A11 (A12 at + KC * NT; A21 2 tiles on, at + 2 * K * NT)
@@ -107,15 +118,14 @@ inline void strassen_rows(const PackedX& xp, const WeightRows<Block>& src, int64
       float *c11 = group(2 * p, 4 * u), *c12 = group(2 * p + 1, 4 * u);
       float *c21 = group(2 * p, 4 * u + 2), *c22 = group(2 * p + 1, 4 * u + 2);
       for (int64_t e = 0; e < P; e += 16) {
-        auto ld = [&](const float* a) { return _mm512_load_ps(a + e); };
-        const __m512 u2 = _mm512_add_ps(ld(p1), ld(p6)), u3 = _mm512_add_ps(u2, ld(p7));
-        _mm512_store_ps(c11 + e, _mm512_add_ps(ld(p1), ld(p2)));
-        _mm512_store_ps(c12 + e, _mm512_add_ps(_mm512_add_ps(u2, ld(p5)), ld(p3)));
-        _mm512_store_ps(c21 + e, _mm512_sub_ps(u3, ld(p4)));
-        _mm512_store_ps(c22 + e, _mm512_add_ps(u3, ld(p5)));
+        auto ld = [&](const float* a) { return vload(a + e); };
+        const VF u2 = vadd(ld(p1), ld(p6)), u3 = vadd(u2, ld(p7));
+        vstore(c11 + e, vadd(ld(p1), ld(p2)));
+        vstore(c12 + e, vadd(vadd(u2, ld(p5)), ld(p3)));
+        vstore(c21 + e, vsub(u3, ld(p4)));
+        vstore(c22 + e, vadd(u3, ld(p5)));
       }
     }
 }
-#endif
 
 }  // namespace scratchlm

@@ -5,7 +5,8 @@
 //
 // Zen 4 (2-core VM), one thread, Q4_K 128 tokens, the two alternated in one process: 3B-shaped 3072 x 3072
 // +5-7%, 16384 x 3072 +6-7%, 3072 x 8192 +-2% (its x and x's sums, 4 MB each, stream from L3 for every row block);
-// benchmarks/RESULTS.md for whole prompts.
+// Zen 3 (AVX2: pairs of 6-row groups, one tile per micro-kernel call), whole 128-token prompts: 1B Q4_K_M +12%, 3B
+// +11%; benchmarks/RESULTS.md.
 
 #pragma once
 

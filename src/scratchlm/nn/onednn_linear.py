@@ -17,15 +17,17 @@ Gradients are computed only for the inputs that need them (a frozen LoRA base: d
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 
-@functools.cache
+# read once at import: torch.compile cannot trace torch.backends.mkldnn.is_available (a graph break in every compiled
+# caller, e.g. probs_attention's fp32 scores on CPUs without AVX512-BF16), but reads a module constant
+_ONEDNN = bool(torch.backends.mkldnn.is_available()) and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
 def onednn_available() -> bool:
     """torch was built with oneDNN (mkldnn) and has its linear op."""
-    return bool(torch.backends.mkldnn.is_available()) and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    return _ONEDNN
 
 
 def applies(x: torch.Tensor, w: torch.Tensor) -> bool:

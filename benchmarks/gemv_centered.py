@@ -1,6 +1,6 @@
 """b1 decode through each one-row kernel route — the repacked copies (gemv_r16.h), gemv_fixed24.h on the file's
-blocks (24-bit fixed-point x, integer dot products; AVX512-VNNI), the centered sub-block sums (gemv_centered*.h),
-gemv.h's widening — and llama.cpp, in one process on the same GGUF file.
+blocks (24-bit fixed-point x, integer dot products; AVX512-VNNI, or gemv_fixed24_avx2.h's Q5_K / Q6_K on AVX2), the
+centered sub-block sums (gemv_centered*.h), gemv.h's widening — and llama.cpp, in one process on the same GGUF file.
 
 `python benchmarks/gemv_centered.py [--only NAME] [--rounds 8] [--steps 32]`
 
@@ -16,7 +16,8 @@ Every engine decodes token 1000 after a 16-token prompt, so all run the same sha
 gguf_decode.py's (SmolLM2 re-quantized by llama.cpp, the shipped Q4_1, the random 1B / 3B Llama Q4_K_M: made
 there when missing). Prints one JSON object last: per file tok/s of each engine (steps / total time) and the
 per-round ratios default / fixed24 (the copies' gain), fixed24 / centered, centered / widened and default / llama.cpp
-(`has_fixed24`: false where the build has no gemv_fixed24.h, and then fixed24 and default run what centered runs).
+(`has_fixed24`: false where the build has no gemv_fixed24.h; `fixed24_types`: the types whose one row runs the
+fixed-point arithmetic in this build; the others run in fixed24 and default what centered runs).
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ def measure(path: Path, rounds: int, steps: int, quiet: dict, quiet_timeout: flo
             "fixed24_over_centered": [round(r["centered"] / r["fixed24"], 3) for r in per_round],
             "centered_over_widened": [round(r["widened"] / r["centered"], 3) for r in per_round],
             "default_over_llamacpp": [round(r["llamacpp"] / r["default"], 3) for r in per_round],
-            "has_fixed24": bool(mod.has_fixed24()), "types": file_types(path)}
+            "has_fixed24": bool(mod.has_fixed24()), "fixed24_types": list(mod.fixed24_types()),
+            "types": file_types(path)}
 
 
 def main() -> None:

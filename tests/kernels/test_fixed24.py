@@ -1,6 +1,7 @@
-"""One batch row of the K-quants Q2_K-Q6_K through gemv_fixed24.h (AVX512-VNNI builds) and of Q4_0 / Q4_1 / Q5_0 /
-Q5_1 / IQ4_NL / IQ4_XS through gemv_fixed24_b32.h (VNNI, VBMI and BITALG): x as 24-bit fixed point per 32 values,
-integer dot products.
+"""One batch row of the K-quants Q2_K-Q6_K through gemv_fixed24.h (AVX512-VNNI builds), of Q5_K / Q6_K through
+gemv_fixed24_avx2.h (AVX2 builds: vpmaddubsw / vpmaddwd) and of Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL / IQ4_XS through
+gemv_fixed24_b32.h (VNNI, VBMI and BITALG): x as 24-bit fixed point per 32 values, integer dot products. Each type
+runs where the build has its kernel (`fixed24_types()`), and skips elsewhere (absent hardware).
 
 Checked against float64 on the dequantized matrix (quant/dequantize.py), with x rounded by a torch model written
 here from the method's definition (not from the kernel's code):
@@ -29,14 +30,15 @@ FIXED_MAX = 2**23 - 2**16
 @pytest.fixture(scope="module")
 def kernels():
     mod = native()
-    if mod is None or not mod.has_fixed24():
-        pytest.skip("gemv_fixed24.h needs the compiled kernels on an AVX512-VNNI CPU")
+    if mod is None or not mod.fixed24_types():
+        pytest.skip("the fixed-point kernels need the compiled kernels on an AVX2 or AVX512-VNNI CPU")
     return mod
 
 
 def needs_kernel(kernels, type_name: str) -> None:
-    if (type_name in BLOCKS32 or type_name == "IQ4_XS") and not kernels.has_fixed24_b32():
-        pytest.skip("gemv_fixed24_b32.h needs AVX512-VBMI and BITALG besides VNNI")
+    if type_name not in kernels.fixed24_types():
+        pytest.skip(f"no fixed-point kernel for {type_name} on this CPU (Q2_K / Q3_K / Q4_K: AVX512-VNNI; the "
+                    "32-value types: AVX512-VNNI, VBMI and BITALG)")
 
 
 def rounded(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -85,14 +85,15 @@ def test_stacked_matrices_keep_each_parts_type() -> None:
 @pytest.mark.parametrize("fixed24", [True, False])
 @pytest.mark.parametrize("b", [1, 3])
 def test_native_step_on_mixed_gguf_types(b: int, fixed24: bool) -> None:
-    """fixed24: one batch row of the K-quants through gemv_fixed24.h where built (the default; x rounded to 24 bits
-    per 32 values: logits within 1e-5 of their largest, measured 4e-6), else the fp32 kernels (within 2e-5)."""
+    """fixed24: one batch row of the K-quants through gemv_fixed24.h / gemv_fixed24_avx2.h where built (the default;
+    x rounded to 24 bits per 32 values: logits within 1e-5 of their largest, measured 4e-6), else the fp32 kernels
+    (within 2e-5)."""
     m = gguf_model()
     assert FastDecoder(m, quant="gguf").native is not None
     mod = native()
     before = mod.set_fixed24(fixed24)
     try:
-        compare(m, "gguf", b=b, padded=b > 1, rel=1e-5 if fixed24 and mod.has_fixed24() else 0.0)
+        compare(m, "gguf", b=b, padded=b > 1, rel=1e-5 if fixed24 and mod.fixed24_types() else 0.0)
     finally:
         mod.set_fixed24(before)
 

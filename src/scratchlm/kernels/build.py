@@ -27,7 +27,7 @@ from types import ModuleType
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = ("module.cpp",)  # includes the headers (simd.h, simd_dot.h, blocks.h, gemv.h, gemv_a8.h,
 #                            gemv_a8_blocks.h, a8_gemm.h, block_gemm.h, gemm_micro.h, strassen_gemm.h, gemv_centered*.h,
-#                            gemv_fixed24.h, gemv_fixed24_b32.h, gemv_r16.h, r16_layout.h, weight_rows.h, parallel.h,
+#                            gemv_fixed24.h, gemv_fixed24_avx2.h, gemv_fixed24_b32.h, gemv_r16.h, r16_layout.h, weight_rows.h, parallel.h,
 #                            matrix_ref.h, linear.h, softmax_exp.h,
 #                            kv_attention.h,
 #                            llama_step.h, moe_layer.h, gate_activation.h, causal_softmax.h, attention_scores.h, cross_entropy_rows.h,

@@ -46,6 +46,8 @@ namespace scratchlm {
 
 #if defined(SCRATCHLM_AVX512) && defined(__AVX512VNNI__)
 #define SCRATCHLM_FIXED24 1
+#elif defined(SCRATCHLM_AVX2)
+#define SCRATCHLM_FIXED24_AVX2 1  // Q5_K / Q6_K only: gemv_fixed24_avx2.h
 #endif
 
 constexpr int32_t FIXED24_MAX = (1 << 23) - (1 << 16);  // |X| bound: the top digit stays in int8 (see above)
@@ -59,6 +61,8 @@ constexpr bool has_fixed24() {
 #if defined(SCRATCHLM_FIXED24)
   return std::is_same_v<Block, Q2_KBlock> || std::is_same_v<Block, Q3_KBlock> || std::is_same_v<Block, Q4_KBlock> ||
          std::is_same_v<Block, Q5_KBlock> || std::is_same_v<Block, Q6_KBlock>;
+#elif defined(SCRATCHLM_FIXED24_AVX2)
+  return std::is_same_v<Block, Q5_KBlock> || std::is_same_v<Block, Q6_KBlock>;
 #else
   return false;
 #endif
@@ -93,6 +97,40 @@ inline void fixed24_digits(__m512i a0, __m128i* d) {
 }
 #endif
 
+#if defined(SCRATCHLM_FIXED24_AVX2)
+// fixed24_round32 in AVX2: X[l] = rne(x_l 2^k) for the 32 values at x; returns 2^-k (0 for an all-zero block, NaN
+// when x holds an inf or a NaN)
+inline float fixed24_round32_avx2(const float* x, int32_t* X) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 v[4], m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm256_loadu_ps(x + 8 * j);
+    m = _mm256_max_ps(m, _mm256_and_ps(v[j], abs_mask));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(_mm256_sub_ps(v[j], v[j]), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+  }
+  for (int j = 0; j < 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(X + 8 * j), _mm256_setzero_si256());
+  if (_mm256_movemask_ps(nan)) return std::nanf("");
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float amax = 0.0f;
+  for (float l : lanes) amax = std::max(amax, l);
+  if (amax == 0.0f) return 0.0f;
+  int e;
+  std::frexp(amax, &e);  // amax = m 2^e, m in [0.5, 1)
+  int k = 23 - e;  // >= -105 (amax < 2^128)
+  if (std::ldexp(amax, k) > static_cast<float>(FIXED24_MAX)) --k;
+  // x 2^k exactly: one multiply by a power of two for k <= 127 (a subnormal product is < 0.5 and rounds to 0 either
+  // way), two past it (2^64, then the rest: scaling a small value up loses no bits)
+  const __m256 p1 = _mm256_set1_ps(std::ldexp(1.0f, k > 127 ? 64 : k));
+  const __m256 p2 = _mm256_set1_ps(std::ldexp(1.0f, k > 127 ? k - 64 : 0));
+  for (int j = 0; j < 4; ++j) {  // to nearest even (MXCSR's default rounding)
+    const __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(v[j], p1), p2));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(X + 8 * j), r);
+  }
+  return std::ldexp(1.0f, -k);
+}
+#endif
+
 // x of one batch row, rounded (see above), for both chunk orders. Per 256-value super-block i:
 //   pair / index: chunk c (0..3) at (4 i + c) * 192: digits a2, a1, a0 (64 bytes each) of the chunk's 64 values
 //                 (prepare_q8: at (4 i + c) * 64, the one digit q)
@@ -110,7 +148,7 @@ struct Fixed24X {
   Fixed24X(const Fixed24X&) = delete;
   Fixed24X& operator=(const Fixed24X&) = delete;
 
-#if defined(SCRATCHLM_FIXED24)
+#if defined(SCRATCHLM_FIXED24) || defined(SCRATCHLM_FIXED24_AVX2)
   void layout(int64_t K_, int planes_) {
     K = K_, planes = planes_;
     const int64_t nsb = K / 256;
@@ -146,6 +184,7 @@ struct Fixed24X {
 
   // x: K values, K a multiple of 256.
   void prepare(const float* x, int64_t K_) {
+#if defined(SCRATCHLM_FIXED24)
     layout(K_, 3);
     for (int64_t b = 0; b < K / 32; ++b) {
       const int64_t i = b / 8, s = b % 8;
@@ -170,6 +209,33 @@ struct Fixed24X {
         g16o[16 * i + 2 * s + h] = xsc * static_cast<float>(half_sum[h]);
       }
     }
+#else
+    layout(K_, 3);
+    for (int64_t b = 0; b < K / 32; ++b) {  // the same X, digits and layout (the digits one value at a time)
+      const int64_t i = b / 8, s = b % 8;
+      int32_t X[32];
+      const float xsc = fixed24_round32_avx2(x + 32 * b, X);
+      const int pc = 2 * static_cast<int>(s / 4) + static_cast<int>(s % 2), ph = static_cast<int>(s % 4) / 2;
+      const int ic = static_cast<int>(s / 2), ih = static_cast<int>(s % 2);
+      int32_t half_sum[2] = {0, 0};
+      for (int l = 0; l < 32; ++l) {
+        const int32_t a0 = static_cast<int8_t>(X[l] & 0xff), r1 = (X[l] - a0) >> 8;
+        const int32_t a1 = static_cast<int8_t>(r1 & 0xff), a2 = (r1 - a1) >> 8;
+        const int8_t d[3] = {static_cast<int8_t>(a2), static_cast<int8_t>(a1), static_cast<int8_t>(a0)};
+        for (int plane = 0; plane < 3; ++plane) {
+          pair[((4 * i + pc) * 3 + plane) * 64 + 32 * ph + l] = d[plane];
+          index[((4 * i + ic) * 3 + plane) * 64 + 32 * ih + l] = d[plane];
+        }
+        half_sum[l / 16] += X[l];
+      }
+      k4s[16 * i + s] = xsc;
+      k4o[16 * i + 8 + s] = xsc * static_cast<float>(half_sum[0] + half_sum[1]);
+      for (int h = 0; h < 2; ++h) {
+        g16s[16 * i + 2 * s + h] = xsc;
+        g16o[16 * i + 2 * s + h] = xsc * static_cast<float>(half_sum[h]);
+      }
+    }
+#endif
   }
 #else
   void prepare(const float*, int64_t K_) { K = K_; }
@@ -422,7 +488,7 @@ void fixed24_rows(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n0, in
   for (int64_t n = n0; n < n1; n += 4)
     xf.planes == 3 ? fixed24_tile<Block, 3>(xf, w, y, n, n1, row_bytes) : fixed24_tile<Block, 1>(xf, w, y, n, n1, row_bytes);
 }
-#else
+#elif !defined(SCRATCHLM_FIXED24_AVX2)  // (gemv_fixed24_avx2.h's on AVX2)
 template <typename Block>
 void fixed24_rows(const Fixed24X&, const uint8_t*, float*, int64_t, int64_t) {}
 #endif

@@ -23,6 +23,7 @@
 #include "gemv.h"
 #include "gemv_centered.h"
 #include "gemv_fixed24.h"
+#include "gemv_fixed24_avx2.h"
 #include "gemv_fixed24_b32.h"
 #include "gemv_r16.h"
 #include "gemv_a8.h"

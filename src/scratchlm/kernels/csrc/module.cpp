@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 #endif
 
 #include "attention_scores.h"
@@ -436,6 +437,20 @@ bool has_fixed24() {
 #endif
 }
 
+// The block types whose one batch row runs x as 24-bit fixed point in this build (gemv_fixed24.h on AVX512-VNNI,
+// gemv_fixed24_avx2.h on AVX2, gemv_fixed24_b32.h with VBMI and BITALG too).
+std::vector<std::string> fixed24_types() {
+  std::vector<std::string> out;
+  auto add = [&](auto blk, const char* name) {
+    if (scratchlm::has_fixed24<decltype(blk)>() || scratchlm::has_fixed24_b32<decltype(blk)>()) out.push_back(name);
+  };
+  add(scratchlm::Q2_KBlock{}, "Q2_K"), add(scratchlm::Q3_KBlock{}, "Q3_K"), add(scratchlm::Q4_KBlock{}, "Q4_K");
+  add(scratchlm::Q5_KBlock{}, "Q5_K"), add(scratchlm::Q6_KBlock{}, "Q6_K"), add(scratchlm::Q4_0Block{}, "Q4_0");
+  add(scratchlm::Q4_1Block{}, "Q4_1"), add(scratchlm::Q5_0Block{}, "Q5_0"), add(scratchlm::Q5_1Block{}, "Q5_1");
+  add(scratchlm::IQ4_NLBlock{}, "IQ4_NL"), add(scratchlm::IQ4_XSBlock{}, "IQ4_XS");
+  return out;
+}
+
 bool has_fixed24_b32() {
 #if defined(SCRATCHLM_FIXED24_B32)
   return true;
@@ -470,6 +485,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "they are a private file mapping's (the GGUF reader's); returns the bytes dropped (0: none)");
   m.def("r16_copy_bytes", &r16_copy_bytes, "N, K, format -> the bytes repack_r16 makes of such a part (0: none)");
   m.def("has_fixed24", &has_fixed24, "built with gemv_fixed24.h (AVX512-VNNI)");
+  m.def("fixed24_types", &fixed24_types, "the block types whose one batch row runs x as 24-bit fixed point here");
   m.def("has_fixed24_b32", &has_fixed24_b32, "built with gemv_fixed24_b32.h (AVX512-VNNI, VBMI and BITALG)");
   m.def("set_centered", &set_centered, "one batch row of the block types by sub-block sums (gemv_centered.h, "
         "default) or by widening (gemv.h); returns the previous setting (benchmarks compare the two)");

@@ -59,8 +59,12 @@ static_assert(sizeof(R16Q3K) == 1824, "R16Q3K is 16 rows x one Q3_K super-block"
 // The block types with a repacked copy (where built with gemv_fixed24.h), and their layout per 16 rows x 256 values.
 template <typename Block>
 constexpr bool has_r16() {
-  return has_fixed24<Q4_KBlock>() && (std::is_same_v<Block, Q4_KBlock> || std::is_same_v<Block, Q4_0Block> ||
-                                      std::is_same_v<Block, Q2_KBlock> || std::is_same_v<Block, Q3_KBlock>);
+#if defined(SCRATCHLM_FIXED24)  // gemv_r16.h is AVX512-VNNI's (not gemv_fixed24_avx2.h's targets)
+  return std::is_same_v<Block, Q4_KBlock> || std::is_same_v<Block, Q4_0Block> || std::is_same_v<Block, Q2_KBlock> ||
+         std::is_same_v<Block, Q3_KBlock>;
+#else
+  return false;
+#endif
 }
 // The 2-bit-plane types: scales per 16 values, q in bit planes (the 4-bit ones: per 32 values, q in nibbles)
 template <typename Block>

@@ -131,6 +131,12 @@ inline float fixed24_round32_avx2(const float* x, int32_t* X) {
 }
 #endif
 
+// The NR rows of a tile from row n (rows past n_end - 1 repeat the last row: computed, not written)
+template <int NR>
+inline void tile_rows(const uint8_t* w, int64_t n, int64_t n_end, int64_t row_bytes, const uint8_t** row) {
+  for (int r = 0; r < NR; ++r) row[r] = w + std::min(n + r, n_end - 1) * row_bytes;
+}
+
 // x of one batch row, rounded (see above), for both chunk orders. Per 256-value super-block i:
 //   pair / index: chunk c (0..3) at (4 i + c) * 192: digits a2, a1, a0 (64 bytes each) of the chunk's 64 values
 //                 (prepare_q8: at (4 i + c) * 64, the one digit q)
@@ -143,6 +149,15 @@ struct Fixed24X {
   float *k4s = nullptr, *k4o = nullptr, *g16s = nullptr, *g16o = nullptr;
   int64_t K = 0;
   int planes = 3;  // digits per value: 3 (24-bit X), or 1 (prepare_q8: the A8 rounding's int8 q)
+
+  // the digits, 2^-k and sums of x in pair order (Q4_K / Q5_K) or index order (the rest)
+  struct Order {
+    const int8_t* dig;
+    const float *scale, *sums;
+  };
+  Order order(bool pair_order) const {
+    return pair_order ? Order{pair, k4s, k4o} : Order{index, g16s, g16o};
+  }
 
   Fixed24X() = default;
   Fixed24X(const Fixed24X&) = delete;
@@ -182,6 +197,16 @@ struct Fixed24X {
     }
   }
 
+  // 32-value block s of super-block i: its 2^-k and its sums of x~ (of its halves: half_sum, exact integers)
+  void store_sums(int64_t i, int64_t s, float xsc, const int32_t* half_sum) {
+    k4s[16 * i + s] = xsc;
+    k4o[16 * i + 8 + s] = xsc * static_cast<float>(half_sum[0] + half_sum[1]);
+    for (int h = 0; h < 2; ++h) {
+      g16s[16 * i + 2 * s + h] = xsc;
+      g16o[16 * i + 2 * s + h] = xsc * static_cast<float>(half_sum[h]);
+    }
+  }
+
   // x: K values, K a multiple of 256.
   void prepare(const float* x, int64_t K_) {
 #if defined(SCRATCHLM_FIXED24)
@@ -202,12 +227,7 @@ struct Fixed24X {
         }
         half_sum[h] = _mm512_reduce_add_epi32(X[h]);  // |sum| <= 16 * 2^23: exact
       }
-      k4s[16 * i + s] = xsc;
-      k4o[16 * i + 8 + s] = xsc * static_cast<float>(half_sum[0] + half_sum[1]);
-      for (int h = 0; h < 2; ++h) {
-        g16s[16 * i + 2 * s + h] = xsc;
-        g16o[16 * i + 2 * s + h] = xsc * static_cast<float>(half_sum[h]);
-      }
+      store_sums(i, s, xsc, half_sum);
     }
 #else
     layout(K_, 3);
@@ -228,12 +248,7 @@ struct Fixed24X {
         }
         half_sum[l / 16] += X[l];
       }
-      k4s[16 * i + s] = xsc;
-      k4o[16 * i + 8 + s] = xsc * static_cast<float>(half_sum[0] + half_sum[1]);
-      for (int h = 0; h < 2; ++h) {
-        g16s[16 * i + 2 * s + h] = xsc;
-        g16o[16 * i + 2 * s + h] = xsc * static_cast<float>(half_sum[h]);
-      }
+      store_sums(i, s, xsc, half_sum);
     }
 #endif
   }
@@ -444,11 +459,9 @@ template <typename Block, int PLANES>
 inline void fixed24_tile(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n, int64_t n_end, int64_t row_bytes) {
   using F = Fixed24<Block>;
   constexpr int NR = 4;
-  const int8_t* dig = F::PAIR ? xf.pair : xf.index;
-  const float* xs = F::PAIR ? xf.k4s : xf.g16s;
-  const float* xo = F::PAIR ? xf.k4o : xf.g16o;
+  const auto [dig, xs, xo] = xf.order(F::PAIR);
   const uint8_t* row[NR];
-  for (int r = 0; r < NR; ++r) row[r] = w + std::min(n + r, n_end - 1) * row_bytes;
+  tile_rows<NR>(w, n, n_end, row_bytes, row);
   __m512 tot[NR][2], off[NR];
   for (int r = 0; r < NR; ++r) tot[r][0] = tot[r][1] = off[r] = _mm512_setzero_ps();
   for (int64_t i = 0; i < xf.K / 256; ++i) {

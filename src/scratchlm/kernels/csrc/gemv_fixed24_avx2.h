@@ -94,11 +94,9 @@ inline void fixed24_avx2_tile(const Fixed24X& xf, const uint8_t* w, float* y, in
                               int64_t row_bytes) {
   using F = Fixed24Avx2<Block>;
   constexpr int NR = 4;
-  const int8_t* dig = F::PAIR ? xf.pair : xf.index;
-  const float* xs = F::PAIR ? xf.k4s : xf.g16s;
-  const float* xo = F::PAIR ? xf.k4o : xf.g16o;
+  const auto [dig, xs, xo] = xf.order(F::PAIR);
   const uint8_t* row[NR];
-  for (int r = 0; r < NR; ++r) row[r] = w + std::min(n + r, n_end - 1) * row_bytes;
+  tile_rows<NR>(w, n, n_end, row_bytes, row);
   __m256 tot[NR], off[NR];
   for (int r = 0; r < NR; ++r) tot[r] = off[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < xf.K / 256; ++i) {

@@ -175,6 +175,15 @@ struct Fixed24X {
     k4s = f, k4o = f + nsb * 16, g16s = f + 2 * nsb * 16, g16o = f + 3 * nsb * 16;
   }
 
+  // Where digit plane `plane` of 32-value block s of super-block i starts: in pair order (chunk 2 (s / 4) + s % 2,
+  // half (s % 4) / 2) and in index order (chunk s / 2, half s % 2); 32 bytes each
+  int8_t* pair_at(int64_t i, int64_t s, int plane) const {
+    return pair + ((4 * i + 2 * (s / 4) + s % 2) * planes + plane) * 64 + 32 * ((s % 4) / 2);
+  }
+  int8_t* index_at(int64_t i, int64_t s, int plane) const {
+    return index + ((4 * i + s / 2) * planes + plane) * 64 + 32 * (s % 2);
+  }
+
   // One row rounded the A8 way for the K-quants (gemv_a8_blocks.h's ActRows, qk 256: ggml's Q8_K, x ~ d q): one
   // digit plane (q), 2^-k replaced by the block's d, the sums by d sum q (a.xs). The kernels then compute
   // round(x) W^T, the A8 row formats' definition, with one vpdpbusd per 64 weights.
@@ -183,17 +192,51 @@ struct Fixed24X {
     for (int64_t i = 0; i < K / 256; ++i) {
       const float d = a.d[i];
       for (int64_t s = 0; s < 8; ++s) {
-        const int pc = 2 * static_cast<int>(s / 4) + static_cast<int>(s % 2), ph = static_cast<int>(s % 4) / 2;
-        const int ic = static_cast<int>(s / 2), ih = static_cast<int>(s % 2);
         const int8_t* q = a.q.data() + 256 * i + 32 * s;
-        std::memcpy(pair + (4 * i + pc) * 64 + 32 * ph, q, 32);
-        std::memcpy(index + (4 * i + ic) * 64 + 32 * ih, q, 32);
+        std::memcpy(pair_at(i, s, 0), q, 32);
+        std::memcpy(index_at(i, s, 0), q, 32);
         const float x0 = a.xs[16 * i + 2 * s], x1 = a.xs[16 * i + 2 * s + 1];
         k4s[16 * i + s] = d;
         k4o[16 * i + 8 + s] = x0 + x1;
         g16s[16 * i + 2 * s] = g16s[16 * i + 2 * s + 1] = d;
         g16o[16 * i + 2 * s] = x0, g16o[16 * i + 2 * s + 1] = x1;
       }
+    }
+  }
+
+  // x: K values, K a multiple of 256. Per 32-value block: X, its three digit planes in both orders, and (store_sums)
+  // its 2^-k and the sums of x~ over each block (k4o) and each half (g16o), exact integers times 2^-k.
+  void prepare(const float* x, int64_t K_) {
+    layout(K_, 3);
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const int64_t i = b / 8, s = b % 8;
+      int32_t half_sum[2] = {0, 0};
+#if defined(SCRATCHLM_FIXED24)
+      __m512i X[2];
+      const float xsc = fixed24_round32(x + 32 * b, X);
+      for (int h = 0; h < 2; ++h) {
+        __m128i d[3];
+        fixed24_digits(X[h], d);
+        for (int plane = 0; plane < 3; ++plane) {
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(pair_at(i, s, plane) + 16 * h), d[plane]);
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(index_at(i, s, plane) + 16 * h), d[plane]);
+        }
+        half_sum[h] = _mm512_reduce_add_epi32(X[h]);  // |sum| <= 16 * 2^23: exact
+      }
+#else
+      int32_t X[32];
+      const float xsc = fixed24_round32_avx2(x + 32 * b, X);
+      int8_t* pd[3] = {pair_at(i, s, 0), pair_at(i, s, 1), pair_at(i, s, 2)};
+      int8_t* id[3] = {index_at(i, s, 0), index_at(i, s, 1), index_at(i, s, 2)};
+      for (int l = 0; l < 32; ++l) {  // the digits one value at a time
+        const int32_t a0 = static_cast<int8_t>(X[l] & 0xff), r1 = (X[l] - a0) >> 8;
+        const int32_t a1 = static_cast<int8_t>(r1 & 0xff), a2 = (r1 - a1) >> 8;
+        const int8_t d[3] = {static_cast<int8_t>(a2), static_cast<int8_t>(a1), static_cast<int8_t>(a0)};
+        for (int plane = 0; plane < 3; ++plane) pd[plane][l] = id[plane][l] = d[plane];
+        half_sum[l / 16] += X[l];
+      }
+#endif
+      store_sums(i, s, xsc, half_sum);
     }
   }
 
@@ -205,52 +248,6 @@ struct Fixed24X {
       g16s[16 * i + 2 * s + h] = xsc;
       g16o[16 * i + 2 * s + h] = xsc * static_cast<float>(half_sum[h]);
     }
-  }
-
-  // x: K values, K a multiple of 256.
-  void prepare(const float* x, int64_t K_) {
-#if defined(SCRATCHLM_FIXED24)
-    layout(K_, 3);
-    for (int64_t b = 0; b < K / 32; ++b) {
-      const int64_t i = b / 8, s = b % 8;
-      __m512i X[2];
-      const float xsc = fixed24_round32(x + 32 * b, X);
-      const int pc = 2 * static_cast<int>(s / 4) + static_cast<int>(s % 2), ph = static_cast<int>(s % 4) / 2;
-      const int ic = static_cast<int>(s / 2), ih = static_cast<int>(s % 2);
-      int32_t half_sum[2];
-      for (int h = 0; h < 2; ++h) {
-        __m128i d[3];
-        fixed24_digits(X[h], d);
-        for (int plane = 0; plane < 3; ++plane) {
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(pair + ((4 * i + pc) * 3 + plane) * 64 + 32 * ph + 16 * h), d[plane]);
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(index + ((4 * i + ic) * 3 + plane) * 64 + 32 * ih + 16 * h), d[plane]);
-        }
-        half_sum[h] = _mm512_reduce_add_epi32(X[h]);  // |sum| <= 16 * 2^23: exact
-      }
-      store_sums(i, s, xsc, half_sum);
-    }
-#else
-    layout(K_, 3);
-    for (int64_t b = 0; b < K / 32; ++b) {  // the same X, digits and layout (the digits one value at a time)
-      const int64_t i = b / 8, s = b % 8;
-      int32_t X[32];
-      const float xsc = fixed24_round32_avx2(x + 32 * b, X);
-      const int pc = 2 * static_cast<int>(s / 4) + static_cast<int>(s % 2), ph = static_cast<int>(s % 4) / 2;
-      const int ic = static_cast<int>(s / 2), ih = static_cast<int>(s % 2);
-      int32_t half_sum[2] = {0, 0};
-      for (int l = 0; l < 32; ++l) {
-        const int32_t a0 = static_cast<int8_t>(X[l] & 0xff), r1 = (X[l] - a0) >> 8;
-        const int32_t a1 = static_cast<int8_t>(r1 & 0xff), a2 = (r1 - a1) >> 8;
-        const int8_t d[3] = {static_cast<int8_t>(a2), static_cast<int8_t>(a1), static_cast<int8_t>(a0)};
-        for (int plane = 0; plane < 3; ++plane) {
-          pair[((4 * i + pc) * 3 + plane) * 64 + 32 * ph + l] = d[plane];
-          index[((4 * i + ic) * 3 + plane) * 64 + 32 * ih + l] = d[plane];
-        }
-        half_sum[l / 16] += X[l];
-      }
-      store_sums(i, s, xsc, half_sum);
-    }
-#endif
   }
 #else
   void prepare(const float*, int64_t K_) { K = K_; }

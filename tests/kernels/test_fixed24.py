@@ -41,9 +41,15 @@ def needs_kernel(kernels, type_name: str) -> None:
                     "32-value types: AVX512-VNNI, VBMI and BITALG)")
 
 
-def rounded(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x~, per-value max |x| of its 32-block) in float64, x (K,) fp32."""
-    blocks = x.double().reshape(-1, 32)
+def group(kernels, type_name: str) -> int:
+    """Values per power of two: the K-quants' kernel's (32 with AVX512-VNNI, a 256-value super-block on AVX2), 32 for
+    the 32-value types' kernel."""
+    return 32 if type_name in BLOCKS32 + ["IQ4_XS"] else kernels.fixed24_group()
+
+
+def rounded(x: torch.Tensor, size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x~, per-value max |x| of its block of `size` values) in float64, x (K,) fp32."""
+    blocks = x.double().reshape(-1, size)
     amax = blocks.abs().amax(dim=1, keepdim=True)
     _, e = torch.frexp(amax)  # amax = m 2^e, m in [0.5, 1)
     k = (23 - e).double()
@@ -77,7 +83,7 @@ def test_fixed24_equals_rounded_x_in_float64(kernels, type_name: str, source: st
         w = dequantize_blocks(blocks).double()
         for x in activations(k, seed=n):
             got = ops.linear_blocks(kernels, x[None], blocks)[0].double()
-            xr, amax = rounded(x)
+            xr, amax = rounded(x, group(kernels, type_name))
             err = float((got - w @ xr).abs().max())
             assert err <= tol(xr[None].float(), w.float()), (type_name, err)
             # against the unrounded x: plus the rounding's bound

@@ -51,6 +51,13 @@ namespace scratchlm {
 #endif
 
 constexpr int32_t FIXED24_MAX = (1 << 23) - (1 << 16);  // |X| bound: the top digit stays in int8 (see above)
+// Values per power of two 2^k of x: 32 with AVX512-VNNI; 256 (a super-block) on AVX2, where gemv_fixed24_avx2.h sums
+// a super-block's sub-blocks in integers before one conversion
+#if defined(SCRATCHLM_FIXED24)
+constexpr int FIXED24_GROUP = 32;
+#else
+constexpr int FIXED24_GROUP = 256;
+#endif
 
 // Whether one batch row of a type with a fixed24 kernel takes it (the default) or the fp32 kernels: the module's
 // set_fixed24, for tests and benchmarks that compare the two in one process.
@@ -62,7 +69,7 @@ constexpr bool has_fixed24() {
   return std::is_same_v<Block, Q2_KBlock> || std::is_same_v<Block, Q3_KBlock> || std::is_same_v<Block, Q4_KBlock> ||
          std::is_same_v<Block, Q5_KBlock> || std::is_same_v<Block, Q6_KBlock>;
 #elif defined(SCRATCHLM_FIXED24_AVX2)
-  return std::is_same_v<Block, Q5_KBlock> || std::is_same_v<Block, Q6_KBlock>;
+  return std::is_same_v<Block, Q4_KBlock> || std::is_same_v<Block, Q5_KBlock> || std::is_same_v<Block, Q6_KBlock>;
 #else
   return false;
 #endif
@@ -98,17 +105,17 @@ inline void fixed24_digits(__m512i a0, __m128i* d) {
 #endif
 
 #if defined(SCRATCHLM_FIXED24_AVX2)
-// fixed24_round32 in AVX2: X[l] = rne(x_l 2^k) for the 32 values at x; returns 2^-k (0 for an all-zero block, NaN
-// when x holds an inf or a NaN)
-inline float fixed24_round32_avx2(const float* x, int32_t* X) {
+// fixed24_round32's rounding in AVX2 over n values (a multiple of 8) with one power of two: X[l] = rne(x_l 2^k),
+// k from max |x| over all n; returns 2^-k (0 for all zeros, NaN when x holds an inf or a NaN)
+inline float fixed24_round_avx2(const float* x, int n, int32_t* X) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256 v[4], m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
-  for (int j = 0; j < 4; ++j) {
-    v[j] = _mm256_loadu_ps(x + 8 * j);
-    m = _mm256_max_ps(m, _mm256_and_ps(v[j], abs_mask));
-    nan = _mm256_or_ps(nan, _mm256_cmp_ps(_mm256_sub_ps(v[j], v[j]), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+  __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+  for (int j = 0; j < n; j += 8) {
+    const __m256 v = _mm256_loadu_ps(x + j);
+    m = _mm256_max_ps(m, _mm256_and_ps(v, abs_mask));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
   }
-  for (int j = 0; j < 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(X + 8 * j), _mm256_setzero_si256());
+  for (int j = 0; j < n; j += 8) _mm256_storeu_si256(reinterpret_cast<__m256i*>(X + j), _mm256_setzero_si256());
   if (_mm256_movemask_ps(nan)) return std::nanf("");
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, m);
@@ -123,9 +130,9 @@ inline float fixed24_round32_avx2(const float* x, int32_t* X) {
   // way), two past it (2^64, then the rest: scaling a small value up loses no bits)
   const __m256 p1 = _mm256_set1_ps(std::ldexp(1.0f, k > 127 ? 64 : k));
   const __m256 p2 = _mm256_set1_ps(std::ldexp(1.0f, k > 127 ? k - 64 : 0));
-  for (int j = 0; j < 4; ++j) {  // to nearest even (MXCSR's default rounding)
-    const __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(v[j], p1), p2));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(X + 8 * j), r);
+  for (int j = 0; j < n; j += 8) {  // to nearest even (MXCSR's default rounding)
+    const __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j), p1), p2));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(X + j), r);
   }
   return std::ldexp(1.0f, -k);
 }
@@ -204,14 +211,15 @@ struct Fixed24X {
     }
   }
 
-  // x: K values, K a multiple of 256. Per 32-value block: X, its three digit planes in both orders, and (store_sums)
-  // its 2^-k and the sums of x~ over each block (k4o) and each half (g16o), exact integers times 2^-k.
+  // x: K values, K a multiple of 256. Per block of FIXED24_GROUP values: X (one 2^-k), its three digit planes in
+  // both orders, and (store_sums) its 2^-k and the sums of x~ over each 32-value sub-block (k4o) and each half
+  // (g16o), exact integers times 2^-k.
   void prepare(const float* x, int64_t K_) {
     layout(K_, 3);
+#if defined(SCRATCHLM_FIXED24)
     for (int64_t b = 0; b < K / 32; ++b) {
       const int64_t i = b / 8, s = b % 8;
       int32_t half_sum[2] = {0, 0};
-#if defined(SCRATCHLM_FIXED24)
       __m512i X[2];
       const float xsc = fixed24_round32(x + 32 * b, X);
       for (int h = 0; h < 2; ++h) {
@@ -223,21 +231,28 @@ struct Fixed24X {
         }
         half_sum[h] = _mm512_reduce_add_epi32(X[h]);  // |sum| <= 16 * 2^23: exact
       }
-#else
-      int32_t X[32];
-      const float xsc = fixed24_round32_avx2(x + 32 * b, X);
-      int8_t* pd[3] = {pair_at(i, s, 0), pair_at(i, s, 1), pair_at(i, s, 2)};
-      int8_t* id[3] = {index_at(i, s, 0), index_at(i, s, 1), index_at(i, s, 2)};
-      for (int l = 0; l < 32; ++l) {  // the digits one value at a time
-        const int32_t a0 = static_cast<int8_t>(X[l] & 0xff), r1 = (X[l] - a0) >> 8;
-        const int32_t a1 = static_cast<int8_t>(r1 & 0xff), a2 = (r1 - a1) >> 8;
-        const int8_t d[3] = {static_cast<int8_t>(a2), static_cast<int8_t>(a1), static_cast<int8_t>(a0)};
-        for (int plane = 0; plane < 3; ++plane) pd[plane][l] = id[plane][l] = d[plane];
-        half_sum[l / 16] += X[l];
-      }
-#endif
       store_sums(i, s, xsc, half_sum);
     }
+#else
+    for (int64_t i = 0; i < K / 256; ++i) {  // AVX2: one 2^-k per super-block, the digits one value at a time
+      alignas(32) int32_t X[256];
+      const float xsc = fixed24_round_avx2(x + 256 * i, 256, X);
+      for (int64_t s = 0; s < 8; ++s) {
+        int32_t half_sum[2] = {0, 0};
+        int8_t* pd[3] = {pair_at(i, s, 0), pair_at(i, s, 1), pair_at(i, s, 2)};
+        int8_t* id[3] = {index_at(i, s, 0), index_at(i, s, 1), index_at(i, s, 2)};
+        for (int l = 0; l < 32; ++l) {
+          const int32_t v = X[32 * s + l];
+          const int32_t a0 = static_cast<int8_t>(v & 0xff), r1 = (v - a0) >> 8;
+          const int32_t a1 = static_cast<int8_t>(r1 & 0xff), a2 = (r1 - a1) >> 8;
+          const int8_t d[3] = {static_cast<int8_t>(a2), static_cast<int8_t>(a1), static_cast<int8_t>(a0)};
+          for (int plane = 0; plane < 3; ++plane) pd[plane][l] = id[plane][l] = d[plane];
+          half_sum[l / 16] += v;
+        }
+        store_sums(i, s, xsc, half_sum);
+      }
+    }
+#endif
   }
 
   // 32-value block s of super-block i: its 2^-k and its sums of x~ (of its halves: half_sum, exact integers)

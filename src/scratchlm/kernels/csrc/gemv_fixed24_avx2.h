@@ -34,31 +34,92 @@ namespace scratchlm {
 #if defined(SCRATCHLM_FIXED24_AVX2)
 inline __m256i f24a_bytes(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
 
-// the 4-value dot products of 32 quants q with digit planes at d (PLANES 3: a2, a1, a0, 64 bytes apart; 1: q8)
+// sums[j] += vpmaddwd(vpmaddubsw(q, digit plane j at d), sc) for the PLANES planes (3: a2, a1, a0, 64 bytes apart;
+// 1: q8): each int32 lane adds 4 consecutive values' q a_j, each pair times its int16 scale lane
 template <int PLANES>
-inline __m256i f24a_dot(__m256i q, const int8_t* d) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i p2 = _mm256_maddubs_epi16(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d)));
-  if constexpr (PLANES == 1) {
-    return _mm256_madd_epi16(p2, ones);
-  } else {
-    const __m256i p1 = _mm256_maddubs_epi16(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + 64)));
-    const __m256i p0 = _mm256_maddubs_epi16(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + 128)));
-    const __m256i m = _mm256_add_epi32(_mm256_madd_epi16(p2, _mm256_set1_epi16(256)), _mm256_madd_epi16(p1, ones));
-    return _mm256_add_epi32(_mm256_slli_epi32(m, 8), _mm256_madd_epi16(p0, ones));
+[[gnu::always_inline]] inline void f24a_acc(__m256i q, const int8_t* d, __m256i sc, __m256i* sums) {
+  for (int j = 0; j < PLANES; ++j) {
+    const __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(d + 64 * j)));
+    sums[j] = _mm256_add_epi32(sums[j], _mm256_madd_epi16(p, sc));
   }
 }
 
-// Per type: PAIR (x in Fixed24X's pair order: Q5_K) or index order (Q6_K); quants(p, t) = sub-block t's 32
-// values as unsigned bytes; scales(p, v, m): v = each scale lane (PAIR: 8 sub-blocks; else 16 groups of 16), m = what
-// multiplies x's sums (k4o / g16o lanes) into the offsets.
+// vpshufb masks over a register whose two 128-bit halves hold the same 8 int16 words: F24A_SPREAD[w] puts word w in
+// every lane; F24A_SPLIT[g] word 2g in the low half (pairs of values 0-15) and word 2g + 1 in the high half (16-31)
+#define SCRATCHLM_F24A_W8(w) 2 * (w), 2 * (w) + 1, 2 * (w), 2 * (w) + 1, 2 * (w), 2 * (w) + 1, 2 * (w), 2 * (w) + 1, \
+    2 * (w), 2 * (w) + 1, 2 * (w), 2 * (w) + 1, 2 * (w), 2 * (w) + 1, 2 * (w), 2 * (w) + 1
+alignas(32) inline constexpr uint8_t F24A_SPREAD[8][32] = {
+    {SCRATCHLM_F24A_W8(0), SCRATCHLM_F24A_W8(0)}, {SCRATCHLM_F24A_W8(1), SCRATCHLM_F24A_W8(1)},
+    {SCRATCHLM_F24A_W8(2), SCRATCHLM_F24A_W8(2)}, {SCRATCHLM_F24A_W8(3), SCRATCHLM_F24A_W8(3)},
+    {SCRATCHLM_F24A_W8(4), SCRATCHLM_F24A_W8(4)}, {SCRATCHLM_F24A_W8(5), SCRATCHLM_F24A_W8(5)},
+    {SCRATCHLM_F24A_W8(6), SCRATCHLM_F24A_W8(6)}, {SCRATCHLM_F24A_W8(7), SCRATCHLM_F24A_W8(7)}};
+alignas(32) inline constexpr uint8_t F24A_SPLIT[4][32] = {
+    {SCRATCHLM_F24A_W8(0), SCRATCHLM_F24A_W8(1)}, {SCRATCHLM_F24A_W8(2), SCRATCHLM_F24A_W8(3)},
+    {SCRATCHLM_F24A_W8(4), SCRATCHLM_F24A_W8(5)}, {SCRATCHLM_F24A_W8(6), SCRATCHLM_F24A_W8(7)}};
+#undef SCRATCHLM_F24A_W8
+
+// the 8 bytes at p (signed or not) as int16 words, in both halves of a register
+template <bool SIGNED>
+inline __m256i f24a_words(const uint8_t* p) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_broadcastsi128_si256(SIGNED ? _mm_cvtepi8_epi16(b) : _mm_cvtepu8_epi16(b));
+}
+inline __m256i f24a_shuffle(__m256i words, const uint8_t* mask) {
+  return _mm256_shuffle_epi8(words, _mm256_load_si256(reinterpret_cast<const __m256i*>(mask)));
+}
+inline __m256 f24a_u8_ps(const uint8_t* p) {  // 8 bytes to fp32
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 f24a_i8_ps(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// Per type: PAIR (x in Fixed24X's pair order: Q4_K, Q5_K) or index order (Q6_K); quants(p, t) = sub-block t's 32
+// values as unsigned bytes; Scales(p): d (the super-block's fp32 factor), scale(t): the int16 scale of each pair of
+// sub-block t's values, offsets(sums): the 8 lanes of the offsets t times x~'s sums (Fixed24X's k4o / g16o)
 template <typename Block>
 struct Fixed24Avx2;
+
+struct F24aK4Scales {  // Q4_K / Q5_K: sub-block t's weights d sc_t q - dmin m_t
+  __m128i b;   // bytes 0-7 sc_t, 8-15 m_t
+  __m128 dm;   // lanes 0, 1: d, dmin
+  __m256i sc;  // sc_t as words
+  float d;
+  // k4_unpack in SSE: per 16 bytes [d dmin | u0 | u1 | u2]: sc 0-3 = u0 & 0x3f.., sc 4-7 = (u2 & 0x0f..) | (u0 >> 6
+  // & 3..) << 4, m 0-3 = u1 & 0x3f.., m 4-7 = (u2 >> 4 & 0x0f..) | (u1 >> 6 & 3..) << 4
+  explicit F24aK4Scales(const uint8_t* p) {
+    const __m128i z = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(z, _MM_SHUFFLE(3, 2, 3, 1)), _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(z, _MM_SHUFFLE(2, 2, 1, 1)), 2),
+                                     _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    b = _mm_or_si128(lo, hi);
+    dm = _mm_cvtph_ps(z);
+    d = _mm_cvtss_f32(dm);
+    sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(b));
+  }
+  __m256i scale(int t) const { return f24a_shuffle(sc, F24A_SPREAD[t]); }
+  __m256 offsets(const float* sums) const {  // k4o: sub-block t's sum in lane 8 + t; times -dmin
+    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(b, b)));
+    const __m256 ndmin = _mm256_broadcastss_ps(_mm_sub_ps(_mm_setzero_ps(), _mm_movehdup_ps(dm)));
+    return _mm256_mul_ps(_mm256_mul_ps(m, _mm256_loadu_ps(sums + 8)), ndmin);
+  }
+};
+
+template <>
+struct Fixed24Avx2<Q4_KBlock> {  // sub-block t: nibble t % 2 of qs[32 (t / 2) + l]
+  static constexpr bool PAIR = true;
+  using Scales = F24aK4Scales;
+  static __m256i quants(const uint8_t* p, int t) {
+    const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * (t >> 1)));
+    return _mm256_and_si256(t & 1 ? _mm256_srli_epi16(z, 4) : z, f24a_bytes(0x0f));
+  }
+};
 
 template <>
 struct Fixed24Avx2<Q5_KBlock> {  // sub-block t: nibble t % 2 of qs[32 (t / 2) + l] | bit t of qh[l] << 4
   static constexpr bool PAIR = true;
-  static void scales(const uint8_t* p, float* v) { k4_scales8(p, v); }
+  using Scales = F24aK4Scales;
   static __m256i quants(const uint8_t* p, int t) {
     const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 48 + 32 * (t >> 1)));
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
@@ -71,10 +132,23 @@ struct Fixed24Avx2<Q5_KBlock> {  // sub-block t: nibble t % 2 of qs[32 (t / 2) +
 };
 
 template <>
-struct Fixed24Avx2<Q6_KBlock> {  // value 128j + 32g + l: nibble g / 2 of ql[64j + 32 (g % 2) + l] | bits 2g, 2g + 1
-                                 // of qh[32j + l] << 4
+struct Fixed24Avx2<Q6_KBlock> {  // value 128j + 32g + l (sub-block t = 4j + g): nibble g / 2 of ql[64j + 32 (g % 2)
+                                 // + l] | bits 2g, 2g + 1 of qh[32j + l] << 4; w = d sc_16 (q - 32) per 16 values
   static constexpr bool PAIR = false;
-  static void scales(const uint8_t* p, float* v) { Q6_KBlock::prepare(p, v); }  // v[g] = d sc_g, v[16 + g] = -32 v[g]
+  struct Scales {
+    float d;
+    const uint8_t* s;  // the 16 int8 scales
+    __m256i lo, hi;    // scales 0-7 / 8-15 as words
+    explicit Scales(const uint8_t* p) : d(fp16_to_f32(p + 208)), s(p + 192) {
+      lo = f24a_words<true>(s), hi = f24a_words<true>(s + 8);
+    }
+    __m256i scale(int t) const { return f24a_shuffle(t < 4 ? lo : hi, F24A_SPLIT[t & 3]); }
+    __m256 offsets(const float* sums) const {  // g16o: group g's sum in lane g; -32 d sc_g
+      const __m256 m = _mm256_set1_ps(-32.0f * d);
+      return _mm256_mul_ps(m, _mm256_fmadd_ps(f24a_i8_ps(s), _mm256_loadu_ps(sums),
+                                              _mm256_mul_ps(f24a_i8_ps(s + 8), _mm256_loadu_ps(sums + 8))));
+    }
+  };
   static __m256i quants(const uint8_t* p, int t) {
     const int j = t >> 2, g = t & 3;
     const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * j + 32 * (g & 1)));
@@ -87,8 +161,9 @@ struct Fixed24Avx2<Q6_KBlock> {  // value 128j + 32g + l: nibble g / 2 of ql[64j
   }
 };
 
-// y[n .. n + 4) (rows past n_end - 1 repeat the last row and are not written) for one batch row: per row one
-// 8-lane fp32 sum (each sub-block's converted dots times its scale, in order) and the offsets' sum.
+// y[n .. n + 4) (rows past n_end - 1 repeat the last row and are not written) for one batch row. Per row and
+// super-block: each digit plane's int32 lanes summed over the 8 sub-blocks (scales folded in by vpmaddwd: |lane| <=
+// 8 * 2 * (2 * 63 * 128) * 128 < 2^26), then fp32: (S2 65536 + S1 256 + S0) d 2^-k, and the offsets' lanes.
 template <typename Block, int PLANES>
 inline void fixed24_avx2_tile(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n, int64_t n_end,
                               int64_t row_bytes) {
@@ -97,41 +172,34 @@ inline void fixed24_avx2_tile(const Fixed24X& xf, const uint8_t* w, float* y, in
   const auto [dig, xs, xo] = xf.order(F::PAIR);
   const uint8_t* row[NR];
   tile_rows<NR>(w, n, n_end, row_bytes, row);
-  __m256 tot[NR], off[NR];
-  for (int r = 0; r < NR; ++r) tot[r] = off[r] = _mm256_setzero_ps();
+  __m256 tot[NR];
+  for (int r = 0; r < NR; ++r) tot[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < xf.K / 256; ++i) {
-    alignas(32) float sv[NR][32];  // each lane's scale times 2^-k (PAIR: 8 sub-blocks; else 16 groups)
-    const uint8_t* blk[NR];
-    for (int r = 0; r < NR; ++r) {
-      blk[r] = row[r] + i * Block::BYTES;
-      for (int64_t o = 0; o < Block::BYTES; o += 64) prefetch(blk[r] + 2 * NR * row_bytes + o);  // the tile after next
-      F::scales(blk[r], sv[r]);
-      if constexpr (F::PAIR) {  // lanes 8-15: -(dmin m_t) against k4o's sums of sub-block t
-        off[r] = _mm256_fmadd_ps(_mm256_load_ps(sv[r] + 8), _mm256_loadu_ps(xo + 16 * i + 8), off[r]);
-        _mm256_store_ps(sv[r], _mm256_mul_ps(_mm256_load_ps(sv[r]), _mm256_loadu_ps(xs + 16 * i)));
-      } else {  // lanes 16-31: -32 d sc_g against g16o's sums of group g
-        off[r] = _mm256_fmadd_ps(_mm256_load_ps(sv[r] + 16), _mm256_loadu_ps(xo + 16 * i), off[r]);
-        off[r] = _mm256_fmadd_ps(_mm256_load_ps(sv[r] + 24), _mm256_loadu_ps(xo + 16 * i + 8), off[r]);
-        _mm256_store_ps(sv[r], _mm256_mul_ps(_mm256_load_ps(sv[r]), _mm256_loadu_ps(xs + 16 * i)));
-        _mm256_store_ps(sv[r] + 8, _mm256_mul_ps(_mm256_load_ps(sv[r] + 8), _mm256_loadu_ps(xs + 16 * i + 8)));
-      }
-    }
     const int8_t* d = dig + i * 256 * PLANES;
+    const float xsc = xs[16 * i];  // 2^-k of the super-block (prepare_q8: Q8_K's d)
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* blk = row[r] + i * Block::BYTES;
+      for (int64_t o = 0; o < Block::BYTES; o += 64) prefetch(blk + 2 * NR * row_bytes + o);  // the tile after next
+      const typename F::Scales sc(blk);
+      __m256i sums[PLANES];
+      for (int j = 0; j < PLANES; ++j) sums[j] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int t = 0; t < 8; ++t) {
-      // sub-block t's digits: PAIR chunk 2 (t / 4) + t % 2, half (t % 4) / 2; index order chunk t / 2, half t % 2
-      const int c = F::PAIR ? 2 * (t >> 2) + (t & 1) : t >> 1, h = F::PAIR ? (t & 3) >> 1 : t & 1;
-      const int8_t* dt = d + c * 64 * PLANES + 32 * h;
-      for (int r = 0; r < NR; ++r) {
-        const __m256 lanes = _mm256_cvtepi32_ps(f24a_dot<PLANES>(F::quants(blk[r], t), dt));
-        const __m256 s =  // index order: lanes 0-3 / 4-7 are groups 2t / 2t + 1
-            F::PAIR ? _mm256_broadcast_ss(sv[r] + t)
-                    : _mm256_set_m128(_mm_broadcast_ss(sv[r] + 2 * t + 1), _mm_broadcast_ss(sv[r] + 2 * t));
-        tot[r] = _mm256_fmadd_ps(lanes, s, tot[r]);
+      for (int t = 0; t < 8; ++t) {
+        // sub-block t's digits: PAIR chunk 2 (t / 4) + t % 2, half (t % 4) / 2; index order chunk t / 2, half t % 2
+        const int c = F::PAIR ? 2 * (t >> 2) + (t & 1) : t >> 1, h = F::PAIR ? (t & 3) >> 1 : t & 1;
+        f24a_acc<PLANES>(F::quants(blk, t), d + c * 64 * PLANES + 32 * h, sc.scale(t), sums);
+        for (int j = 0; j < PLANES; ++j) asm volatile("" : "+x"(sums[j]));
       }
+      __m256 v = _mm256_cvtepi32_ps(sums[0]);
+      if constexpr (PLANES == 3) {
+        v = _mm256_fmadd_ps(v, _mm256_set1_ps(256.0f), _mm256_cvtepi32_ps(sums[1]));
+        v = _mm256_fmadd_ps(v, _mm256_set1_ps(256.0f), _mm256_cvtepi32_ps(sums[2]));
+      }
+      tot[r] = _mm256_fmadd_ps(v, _mm256_set1_ps(sc.d * xsc), _mm256_add_ps(tot[r], sc.offsets(xo + 16 * i)));
     }
   }
-  for (int r = 0; r < NR && n + r < n_end; ++r) y[n + r] = hsum8(_mm256_add_ps(tot[r], off[r]));
+  for (int r = 0; r < NR && n + r < n_end; ++r) y[n + r] = hsum8(tot[r]);
 }
 
 template <typename Block>

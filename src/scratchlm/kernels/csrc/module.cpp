@@ -451,6 +451,9 @@ std::vector<std::string> fixed24_types() {
   return out;
 }
 
+// Values per power of two of x in gemv_fixed24.h / gemv_fixed24_avx2.h (the K-quants): 32 on AVX512-VNNI, 256 on AVX2
+int64_t fixed24_group() { return scratchlm::FIXED24_GROUP; }
+
 bool has_fixed24_b32() {
 #if defined(SCRATCHLM_FIXED24_B32)
   return true;
@@ -486,6 +489,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("r16_copy_bytes", &r16_copy_bytes, "N, K, format -> the bytes repack_r16 makes of such a part (0: none)");
   m.def("has_fixed24", &has_fixed24, "built with gemv_fixed24.h (AVX512-VNNI)");
   m.def("fixed24_types", &fixed24_types, "the block types whose one batch row runs x as 24-bit fixed point here");
+  m.def("fixed24_group", &fixed24_group, "values per power of two of x in the K-quants' fixed-point kernels (32 with "
+        "AVX512-VNNI, 256 on AVX2; the 32-value types' kernel: 32)");
   m.def("has_fixed24_b32", &has_fixed24_b32, "built with gemv_fixed24_b32.h (AVX512-VNNI, VBMI and BITALG)");
   m.def("set_centered", &set_centered, "one batch row of the block types by sub-block sums (gemv_centered.h, "
         "default) or by widening (gemv.h); returns the previous setting (benchmarks compare the two)");

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -138,6 +139,16 @@ inline float fixed24_round_avx2(const float* x, int n, int32_t* X) {
 }
 #endif
 
+#if defined(SCRATCHLM_FIXED24_AVX2)
+// X's balanced base-256 digits {a2, a1, a0} (X = 65536 a2 + 256 a1 + a0, a0 the low byte read as int8, a1 the low
+// byte of (X - a0) / 256, a2 the rest), one value at a time
+inline std::array<int8_t, 3> fixed24_split(int32_t X) {
+  const int32_t a0 = static_cast<int8_t>(X & 0xff), r1 = (X - a0) >> 8;
+  const int32_t a1 = static_cast<int8_t>(r1 & 0xff), a2 = (r1 - a1) >> 8;
+  return {static_cast<int8_t>(a2), static_cast<int8_t>(a1), static_cast<int8_t>(a0)};
+}
+#endif
+
 // The NR rows of a tile from row n (rows past n_end - 1 repeat the last row: computed, not written)
 template <int NR>
 inline void tile_rows(const uint8_t* w, int64_t n, int64_t n_end, int64_t row_bytes, const uint8_t** row) {
@@ -242,12 +253,9 @@ struct Fixed24X {
         int8_t* pd[3] = {pair_at(i, s, 0), pair_at(i, s, 1), pair_at(i, s, 2)};
         int8_t* id[3] = {index_at(i, s, 0), index_at(i, s, 1), index_at(i, s, 2)};
         for (int l = 0; l < 32; ++l) {
-          const int32_t v = X[32 * s + l];
-          const int32_t a0 = static_cast<int8_t>(v & 0xff), r1 = (v - a0) >> 8;
-          const int32_t a1 = static_cast<int8_t>(r1 & 0xff), a2 = (r1 - a1) >> 8;
-          const int8_t d[3] = {static_cast<int8_t>(a2), static_cast<int8_t>(a1), static_cast<int8_t>(a0)};
+          const std::array<int8_t, 3> d = fixed24_split(X[32 * s + l]);
           for (int plane = 0; plane < 3; ++plane) pd[plane][l] = id[plane][l] = d[plane];
-          half_sum[l / 16] += v;
+          half_sum[l / 16] += X[32 * s + l];
         }
         store_sums(i, s, xsc, half_sum);
       }

@@ -50,6 +50,9 @@ constexpr bool has_fixed24_b32() {
 #if defined(SCRATCHLM_FIXED24_B32)
   return std::is_same_v<Block, Q4_0Block> || std::is_same_v<Block, Q4_1Block> || std::is_same_v<Block, Q5_0Block> ||
          std::is_same_v<Block, Q5_1Block> || std::is_same_v<Block, IQ4_NLBlock> || std::is_same_v<Block, IQ4_XSBlock>;
+#elif defined(SCRATCHLM_FIXED24_AVX2)  // gemv_fixed24_b32_avx2.h (IQ4's int8 values would saturate vpmaddubsw)
+  return std::is_same_v<Block, Q4_0Block> || std::is_same_v<Block, Q4_1Block> || std::is_same_v<Block, Q5_0Block> ||
+         std::is_same_v<Block, Q5_1Block>;
 #else
   return false;
 #endif
@@ -140,6 +143,54 @@ struct Fixed24X32 {
           reinterpret_cast<int32_t*>(st + P_AT + 64 * plane)[l] = 128 * ps;
         }
       }
+    }
+  }
+#elif defined(SCRATCHLM_FIXED24_AVX2)
+  // AVX2 (gemv_fixed24_b32_avx2.h): one 32-value block per step of A_BYTES: digit planes a2, a1, a0 (32 bytes each,
+  // the block's values in order; prepare_q8: q in a2's place), at A_C8 / A_C16 8 and 16 times the sum of X over each
+  // int32 lane's 4 values (8 int32 each), at A_S the block's 2^-k and at A_O 2^-k sum X (floats).
+  static constexpr int64_t A_C8 = 96, A_C16 = 128, A_S = 160, A_O = 164, A_BYTES = 192;
+  const int8_t* block(int64_t b) const { return base + b * A_BYTES; }
+
+  void layout(int64_t K_, int planes_) {
+    K = K_, planes = planes_;
+    buf.assign(K / 32 * A_BYTES + 64, 0);
+    base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+  }
+  // block b's sums and scale from its 32 X (or q) values
+  void store_block(int64_t b, const int32_t* X, float xsc) {
+    int8_t* st = base + b * A_BYTES;
+    int32_t total = 0;
+    for (int l = 0; l < 8; ++l) {
+      const int32_t sum = X[4 * l] + X[4 * l + 1] + X[4 * l + 2] + X[4 * l + 3];  // |sum| <= 4 * 2^23: exact
+      reinterpret_cast<int32_t*>(st + A_C8)[l] = 8 * sum, reinterpret_cast<int32_t*>(st + A_C16)[l] = 16 * sum;
+      total += sum;
+    }
+    reinterpret_cast<float*>(st + A_S)[0] = xsc, reinterpret_cast<float*>(st + A_O)[0] = xsc * static_cast<float>(total);
+  }
+  void prepare_q8(const ActRows& a) {
+    layout(a.K, 1);
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const int8_t* q = a.q.data() + 32 * b;
+      std::memcpy(base + b * A_BYTES, q, 32);
+      int32_t X[32];
+      for (int l = 0; l < 32; ++l) X[l] = q[l];
+      store_block(b, X, a.d[32 * b / a.qk]);
+    }
+  }
+  // x: K values, K a multiple of 32; rounded per 32 values as gemv_fixed24.h's AVX-512 form (its 2^-k meets each
+  // block's own scale d before any sum across blocks)
+  void prepare(const float* x, int64_t K_) {
+    layout(K_, 3);
+    for (int64_t b = 0; b < K / 32; ++b) {
+      int32_t X[32];
+      const float xsc = fixed24_round_avx2(x + 32 * b, 32, X);
+      int8_t* st = base + b * A_BYTES;
+      for (int l = 0; l < 32; ++l) {
+        const std::array<int8_t, 3> d = fixed24_split(X[l]);
+        for (int plane = 0; plane < 3; ++plane) st[32 * plane + l] = d[plane];
+      }
+      store_block(b, X, xsc);
     }
   }
 #else
@@ -357,7 +408,7 @@ void fixed24_b32_rows(const Fixed24X32& xf, const uint8_t* w, float* y, int64_t 
   for (int64_t n = n0; n < n1; n += 4)
     xf.planes == 3 ? fixed24_b32_tile<Block, 3>(xf, w, y, n, n1, row_bytes) : fixed24_b32_tile<Block, 1>(xf, w, y, n, n1, row_bytes);
 }
-#else
+#elif !defined(SCRATCHLM_FIXED24_AVX2)  // (gemv_fixed24_b32_avx2.h's on AVX2)
 template <typename Block>
 void fixed24_b32_rows(const Fixed24X32&, const uint8_t*, float*, int64_t, int64_t) {}
 #endif

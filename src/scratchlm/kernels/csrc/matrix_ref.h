@@ -25,6 +25,7 @@
 #include "gemv_fixed24.h"
 #include "gemv_fixed24_avx2.h"
 #include "gemv_fixed24_b32.h"
+#include "gemv_fixed24_b32_avx2.h"
 #include "gemv_r16.h"
 #include "gemv_a8.h"
 #include "gemv_a8_blocks.h"

@@ -148,14 +148,17 @@ struct Fixed24X32 {
 #elif defined(SCRATCHLM_FIXED24_AVX2)
   // AVX2 (gemv_fixed24_b32_avx2.h): one 32-value block per step of A_BYTES: digit planes a2, a1, a0 (32 bytes each,
   // the block's values in order; prepare_q8: q in a2's place), at A_C8 / A_C16 8 and 16 times the sum of X over each
-  // int32 lane's 4 values (8 int32 each), at A_S the block's 2^-k and at A_O 2^-k sum X (floats).
-  static constexpr int64_t A_C8 = 96, A_C16 = 128, A_S = 160, A_O = 164, A_BYTES = 192;
+  // int32 lane's 4 values (8 int32 each); apart, per block b: xs[b] its 2^-k, xo[b] 2^-k sum X (zero past the last
+  // block, to a multiple of 8).
+  static constexpr int64_t A_C8 = 96, A_C16 = 128, A_BYTES = 160;
+  std::vector<float> xs, xo;
   const int8_t* block(int64_t b) const { return base + b * A_BYTES; }
 
   void layout(int64_t K_, int planes_) {
     K = K_, planes = planes_;
     buf.assign(K / 32 * A_BYTES + 64, 0);
     base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+    xs.assign((K / 32 + 7) / 8 * 8, 0.0f), xo.assign(xs.size(), 0.0f);
   }
   // block b's sums and scale from its 32 X (or q) values
   void store_block(int64_t b, const int32_t* X, float xsc) {
@@ -166,7 +169,7 @@ struct Fixed24X32 {
       reinterpret_cast<int32_t*>(st + A_C8)[l] = 8 * sum, reinterpret_cast<int32_t*>(st + A_C16)[l] = 16 * sum;
       total += sum;
     }
-    reinterpret_cast<float*>(st + A_S)[0] = xsc, reinterpret_cast<float*>(st + A_O)[0] = xsc * static_cast<float>(total);
+    xs[b] = xsc, xo[b] = xsc * static_cast<float>(total);
   }
   void prepare_q8(const ActRows& a) {
     layout(a.K, 1);

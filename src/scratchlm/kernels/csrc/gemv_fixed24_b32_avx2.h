@@ -23,6 +23,7 @@
 
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -80,8 +81,24 @@ struct Fixed24B32Avx2<Q5_1Block> {  // [d f16][m f16][qh 4][qs 16]
   static __m256i quants(const uint8_t* p) { return _mm256_or_si256(f24b_nibbles(p + 8), f24b_fifth_bits(p + 4)); }
 };
 
-// y[n .. n + 4) (rows past n_end - 1 repeat the last row and are not written) for one batch row: per row one 8-lane
-// fp32 sum (each block's converted V times d 2^-k) and, for the M types, a scalar sum of m 2^-k sum X.
+// The fp16 at byte `at` of n <= 8 consecutive blocks (Block::BYTES apart) from p as fp32 lanes, 0 past n
+template <typename Block>
+inline __m256 f24b_halves(const uint8_t* p, int at, int n) {
+  __m128i h = _mm_setzero_si128();
+  const auto word = [&](int j) { return *reinterpret_cast<const uint16_t*>(p + j * Block::BYTES + at); };
+  if (n == 8) {
+    h = _mm_setr_epi16(word(0), word(1), word(2), word(3), word(4), word(5), word(6), word(7));
+  } else {
+    alignas(16) uint16_t v[8] = {};
+    for (int j = 0; j < n; ++j) v[j] = word(j);
+    h = _mm_load_si128(reinterpret_cast<const __m128i*>(v));
+  }
+  return _mm256_cvtph_ps(h);
+}
+
+// y[n .. n + 4) (rows past n_end - 1 repeat the last row and are not written) for one batch row, 8 blocks per step:
+// per row the 8 blocks' d (and m) as one fp32 register times x's 2^-k (2^-k sum X), then per block V converted and
+// one FMA by its lane of d 2^-k; one 8-lane fp32 sum per row (and the M types' m 2^-k sum X lanes).
 template <typename Block, int PLANES>
 inline void fixed24_b32_avx2_tile(const Fixed24X32& xf, const uint8_t* w, float* y, int64_t n, int64_t n_end,
                                   int64_t row_bytes) {
@@ -89,36 +106,50 @@ inline void fixed24_b32_avx2_tile(const Fixed24X32& xf, const uint8_t* w, float*
   constexpr int NR = 4;
   const uint8_t* row[NR];
   tile_rows<NR>(w, n, n_end, row_bytes, row);
-  __m256 tot[NR];
-  float off[NR] = {};
-  for (int r = 0; r < NR; ++r) tot[r] = _mm256_setzero_ps();
+  __m256 tot[NR][2];  // even / odd blocks: two FMA chains per row
+  for (int r = 0; r < NR; ++r) tot[r][0] = tot[r][1] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < xf.K / 32; ++b) {
-    const int8_t* st = xf.block(b);
-    const float xsc = *reinterpret_cast<const float*>(st + Fixed24X32::A_S);
+  const int64_t nb = xf.K / 32;
+  for (int64_t g = 0; g < nb; g += 8) {
+    const int cnt = static_cast<int>(std::min<int64_t>(8, nb - g));
+    const __m256 xs = _mm256_loadu_ps(xf.xs.data() + g);
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
-      const uint8_t* blk = row[r] + b * Block::BYTES;
-      if (b % 2 == 0) prefetch(blk + 2 * NR * row_bytes);  // the tile after next (a 64-byte line holds >= 2 blocks)
-      const __m256i q = F::quants(blk);
-      const __m256i p2 = _mm256_maddubs_epi16(q, _mm256_load_si256(reinterpret_cast<const __m256i*>(st)));
-      __m256i v;
-      if constexpr (PLANES == 1) {
-        v = _mm256_madd_epi16(p2, ones);
+      const uint8_t* blk0 = row[r] + g * Block::BYTES;
+      for (int64_t o = 0; o < 8 * Block::BYTES; o += 64) prefetch(blk0 + 2 * NR * row_bytes + o);  // the tile after next
+      const __m256 ds = _mm256_mul_ps(f24b_halves<Block>(blk0, 0, cnt), xs);  // lane j: d 2^-k of block g + j
+      if constexpr (F::M)
+        tot[r][1] = _mm256_fmadd_ps(f24b_halves<Block>(blk0, 2, cnt), _mm256_loadu_ps(xf.xo.data() + g), tot[r][1]);
+      const auto one = [&](int j) {
+        const uint8_t* blk = blk0 + j * Block::BYTES;
+        const int8_t* st = xf.block(g + j);
+        const __m256i q = F::quants(blk);
+        const __m256i p2 = _mm256_maddubs_epi16(q, _mm256_load_si256(reinterpret_cast<const __m256i*>(st)));
+        __m256i v;
+        if constexpr (PLANES == 1) {
+          v = _mm256_madd_epi16(p2, ones);
+        } else {
+          const __m256i p1 = _mm256_maddubs_epi16(q, _mm256_load_si256(reinterpret_cast<const __m256i*>(st + 32)));
+          const __m256i p0 = _mm256_maddubs_epi16(q, _mm256_load_si256(reinterpret_cast<const __m256i*>(st + 64)));
+          const __m256i m =
+              _mm256_add_epi32(_mm256_madd_epi16(p2, _mm256_set1_epi16(256)), _mm256_madd_epi16(p1, ones));
+          v = _mm256_add_epi32(_mm256_slli_epi32(m, 8), _mm256_madd_epi16(p0, ones));
+        }
+        if constexpr (F::C != 0)
+          v = _mm256_sub_epi32(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(
+                                      st + (F::C == 8 ? Fixed24X32::A_C8 : Fixed24X32::A_C16))));
+        tot[r][j & 1] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_permutevar8x32_ps(ds, _mm256_set1_epi32(j)), tot[r][j & 1]);
+      };
+      if (cnt == 8) {
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) one(j);
       } else {
-        const __m256i p1 = _mm256_maddubs_epi16(q, _mm256_load_si256(reinterpret_cast<const __m256i*>(st + 32)));
-        const __m256i p0 = _mm256_maddubs_epi16(q, _mm256_load_si256(reinterpret_cast<const __m256i*>(st + 64)));
-        const __m256i m = _mm256_add_epi32(_mm256_madd_epi16(p2, _mm256_set1_epi16(256)), _mm256_madd_epi16(p1, ones));
-        v = _mm256_add_epi32(_mm256_slli_epi32(m, 8), _mm256_madd_epi16(p0, ones));
+        for (int j = 0; j < cnt; ++j) one(j);
       }
-      if constexpr (F::C != 0)
-        v = _mm256_sub_epi32(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(
-                                    st + (F::C == 8 ? Fixed24X32::A_C8 : Fixed24X32::A_C16))));
-      tot[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(fp16_to_f32(blk) * xsc), tot[r]);
-      if constexpr (F::M) off[r] += fp16_to_f32(blk + 2) * *reinterpret_cast<const float*>(st + Fixed24X32::A_O);
     }
   }
-  for (int r = 0; r < NR && n + r < n_end; ++r) y[n + r] = hsum8(tot[r]) + off[r];
+  for (int r = 0; r < NR && n + r < n_end; ++r) y[n + r] = hsum8(_mm256_add_ps(tot[r][0], tot[r][1]));
 }
 
 template <typename Block>

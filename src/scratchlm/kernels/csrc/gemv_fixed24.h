@@ -48,7 +48,7 @@ namespace scratchlm {
 #if defined(SCRATCHLM_AVX512) && defined(__AVX512VNNI__)
 #define SCRATCHLM_FIXED24 1
 #elif defined(SCRATCHLM_AVX2)
-#define SCRATCHLM_FIXED24_AVX2 1  // Q5_K / Q6_K only: gemv_fixed24_avx2.h
+#define SCRATCHLM_FIXED24_AVX2 1  // the K-quants: gemv_fixed24_avx2.h (Q4_0 / Q4_1 / Q5_0 / Q5_1: _b32_avx2.h)
 #endif
 
 constexpr int32_t FIXED24_MAX = (1 << 23) - (1 << 16);  // |X| bound: the top digit stays in int8 (see above)
@@ -70,7 +70,8 @@ constexpr bool has_fixed24() {
   return std::is_same_v<Block, Q2_KBlock> || std::is_same_v<Block, Q3_KBlock> || std::is_same_v<Block, Q4_KBlock> ||
          std::is_same_v<Block, Q5_KBlock> || std::is_same_v<Block, Q6_KBlock>;
 #elif defined(SCRATCHLM_FIXED24_AVX2)
-  return std::is_same_v<Block, Q4_KBlock> || std::is_same_v<Block, Q5_KBlock> || std::is_same_v<Block, Q6_KBlock>;
+  return std::is_same_v<Block, Q2_KBlock> || std::is_same_v<Block, Q3_KBlock> || std::is_same_v<Block, Q4_KBlock> ||
+         std::is_same_v<Block, Q5_KBlock> || std::is_same_v<Block, Q6_KBlock>;
 #else
   return false;
 #endif

@@ -1,23 +1,27 @@
-// One batch row (decoding) of y = x @ W^T on Q5_K / Q6_K with AVX2 (no VNNI): gemv_fixed24.h's arithmetic
-// (x as 24-bit fixed point per 32 values, Fixed24X, every product and sum exact in integers, fp32 only after) in
-// AVX2 instructions, 32 weights of one row per register.
+// One batch row (decoding) of y = x @ W^T on Q4_K / Q5_K / Q6_K with AVX2 (no VNNI): gemv_fixed24.h's method (x as
+// 24-bit fixed point, every product and sum exact in integers, fp32 only after) in AVX2 instructions, with one power
+// of two per 256-value super-block (FIXED24_GROUP: Fixed24X's AVX2 prepare), so a super-block's 8 sub-blocks are
+// summed in integers before one conversion.
 //
-// Per 32-value sub-block of quants q (unsigned bytes: Q5_K 0..31, Q6_K 0..63) and x's digits a2, a1, a0
+// Per 32-value sub-block t of quants q (unsigned bytes: Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), its integer scale sc
+// (Q4_K / Q5_K: 6-bit sc_t; Q6_K: the int8 scales of its two 16-value groups) and x's digits a2, a1, a0
 // (X = 65536 a2 + 256 a1 + a0, Fixed24X's layout):
-//   p_j = vpmaddubsw(q, a_j)            16 x int16: q_2m a_j,2m + q_2m+1 a_j,2m+1, |p_j| <= 2 * 63 * 128 (no
-//                                       saturation)
-//   m   = vpmaddwd(p_2, 256) + vpmaddwd(p_1, 1)      8 x int32, each lane 4 consecutive values: 256 (q.a2) + q.a1
-//   dot = (m << 8) + vpmaddwd(p_0, 1)                = sum of those 4 values' q X, |dot| <= 4 * 63 * (2^23 - 2^16)
-// exact (< 2^31), then one conversion to fp32 and one FMA by the lane's scale s 2^-k; the offsets t as gemv_fixed24.h
-// (t times x~'s sums). So the same terms as gemv_fixed24.h's vpdpbusd form: y = F.linear(x~, dequantized W) up to
-// fp32 rounding (tests/kernels/test_fixed24.py runs on either build). The A8 row formats' one-plane form (x rounded to
-// Q8_K, Fixed24X::prepare_q8): dot = vpmaddwd(vpmaddubsw(q, q8), 1).
+//   p_j  = vpmaddubsw(q, a_j)              16 x int16: q_2m a_j,2m + q_2m+1 a_j,2m+1, |p_j| <= 2 * 63 * 128 (no
+//                                          saturation)
+//   S_j += vpmaddwd(p_j, sc)               8 x int32 per plane, each lane 4 values' sc q a_j; after 8 sub-blocks
+//                                          |S_j| <= 8 * 2 * 16128 * 128 < 2^26: exact
+// then per super-block ((S_2 256 + S_1) 256 + S_0) in fp32 (three conversions and two FMAs, each rounding once, by
+// powers of two) times d 2^-k, and the offsets (Q4_K / Q5_K: -dmin m_t; Q6_K: -32 d sc_g) times x~'s sums as
+// gemv_fixed24.h. So y = F.linear(x~, dequantized W) up to fp32 rounding, x~ rounded per 256 values here
+// (tests/kernels/test_fixed24.py models either group: fixed24_group()). The A8 row formats' one-plane form (x rounded
+// to Q8_K, Fixed24X::prepare_q8: q8 for the digits, Q8_K's d for 2^-k): S_0 alone.
 //
-// Why: gemv_centered.h, the fp32 form on AVX2, spends ~17 vector ops per 32 weights (4 byte shuffles, 4 int -> fp32
-// conversions, 5 FMAs, the unpacking) against ~12 here, 6 of them multiplies. Zen 3, one core, one call after
-// another (8192 x 2048 and 2048 x 8192): Q5_K 1.22x gemv_centered.h's weights per second, Q6_K 1.12-1.23x; Q4_K
-// 0.92-0.98x (its centered form unpacks a nibble pair in 3 ops and Zen 3 has few multiply ports), so Q4_K stays there
-// (benchmarks/RESULTS.md).
+// Why: Zen 3 has two vector multiply pipes, which vpmaddubsw, vpmaddwd and the FMAs share. gemv_centered.h, the fp32
+// form, spends ~17 vector ops per 32 weights (byte shuffles, int -> fp32 conversions, FMAs); a fixed-point form with
+// a 2^-k per 32 values needs a conversion and an FMA per sub-block on top of the 6 multiplies; here per 32 weights:
+// 3 vpmaddubsw, 3 vpmaddwd, 3 adds, the scale's vpshufb and the quants' unpacking, and ~25 ops per super-block and
+// row. Zen 3, one core, 8192 x 2048 in L3: Q4_K 1.5x gemv_centered.h's weights per second, Q5_K 1.7x, Q6_K 1.5x; two
+// threads stream 20-25 GB/s (benchmarks/RESULTS.md).
 
 #pragma once
 
@@ -74,6 +78,14 @@ inline __m256 f24a_i8_ps(const uint8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
+inline __m128i f24a_load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+// bit `from` of each byte of v moved to bit `to` (a 16-bit shift: the masked bit stays in its own byte), the rest 0
+inline __m256i f24a_bit(__m256i v, int from, int to) {
+  const __m256i s = from >= to ? _mm256_srl_epi16(v, _mm_cvtsi32_si128(from - to))
+                               : _mm256_sll_epi16(v, _mm_cvtsi32_si128(to - from));
+  return _mm256_and_si256(s, f24a_bytes(1 << to));
+}
+
 // Per type: PAIR (x in Fixed24X's pair order: Q4_K, Q5_K) or index order (Q6_K); quants(p, t) = sub-block t's 32
 // values as unsigned bytes; Scales(p): d (the super-block's fp32 factor), scale(t): the int16 scale of each pair of
 // sub-block t's values, offsets(sums): the 8 lanes of the offsets t times x~'s sums (Fixed24X's k4o / g16o)
@@ -123,11 +135,63 @@ struct Fixed24Avx2<Q5_KBlock> {  // sub-block t: nibble t % 2 of qs[32 (t / 2) +
   static __m256i quants(const uint8_t* p, int t) {
     const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 48 + 32 * (t >> 1)));
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
-    // bit t of each byte to bit 4 (a 16-bit shift by |t - 4|: the masked bit stays in its own byte)
-    const __m256i hb =
-        t >= 4 ? _mm256_srl_epi16(h, _mm_cvtsi32_si128(t - 4)) : _mm256_sll_epi16(h, _mm_cvtsi32_si128(4 - t));
-    return _mm256_or_si256(_mm256_and_si256(t & 1 ? _mm256_srli_epi16(z, 4) : z, f24a_bytes(0x0f)),
-                           _mm256_and_si256(hb, f24a_bytes(0x10)));
+    return _mm256_or_si256(_mm256_and_si256(t & 1 ? _mm256_srli_epi16(z, 4) : z, f24a_bytes(0x0f)), f24a_bit(h, t, 4));
+  }
+};
+
+// The index-order types (Q2_K / Q3_K / Q6_K): a scale per 16-value group g, its int16 sc_g for vpmaddwd and fp32
+// offset factor o_g (what multiplies x~'s sum over the group, Fixed24X's g16o), from 16 signed bytes each
+struct F24aG16Scales {
+  float d;
+  __m256i lo, hi;  // sc 0-7 / 8-15 as words in both halves
+  __m256 o0, o1;   // o 0-7 / 8-15
+  F24aG16Scales(__m128i sc, float d_, __m128i ob, float of) : d(d_) {
+    lo = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc));
+    hi = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_unpackhi_epi64(sc, sc)));
+    const __m256 f = _mm256_set1_ps(of);
+    o0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(ob)), f);
+    o1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(ob, ob))), f);
+  }
+  // sub-block t (values 32t .. 32t + 31 = groups 2t, 2t + 1): sc_2t on the low half's pairs, sc_2t+1 on the high's
+  __m256i scale(int t) const { return f24a_shuffle(t < 4 ? lo : hi, F24A_SPLIT[t & 3]); }
+  __m256 offsets(const float* sums) const {  // g16o: group g's sum in lane g
+    return _mm256_fmadd_ps(o0, _mm256_loadu_ps(sums), _mm256_mul_ps(o1, _mm256_loadu_ps(sums + 8)));
+  }
+};
+
+template <>
+struct Fixed24Avx2<Q2_KBlock> {  // [scales 16: sc | m << 4][qs 64][d][dmin]: sub-block t = 4h + j: bits 2j, 2j + 1
+                                 // of qs[32h + l]; w = d sc_g q - dmin m_g
+  static constexpr bool PAIR = false;
+  struct Scales : F24aG16Scales {
+    explicit Scales(const uint8_t* p)
+        : F24aG16Scales(_mm_and_si128(f24a_load16(p), _mm_set1_epi8(0x0f)), fp16_to_f32(p + 80),
+                        _mm_and_si128(_mm_srli_epi16(f24a_load16(p), 4), _mm_set1_epi8(0x0f)), -fp16_to_f32(p + 82)) {}
+  };
+  static __m256i quants(const uint8_t* p, int t) {
+    const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * (t >> 2)));
+    return _mm256_and_si256(_mm256_srl_epi16(z, _mm_cvtsi32_si128(2 * (t & 3))), f24a_bytes(0x03));
+  }
+};
+
+template <>
+struct Fixed24Avx2<Q3_KBlock> {  // [hmask 32][qs 64][scales 12][d]: sub-block t = 4h + j: bits 2j, 2j + 1 of
+                                 // qs[32h + l] | bit t of hmask[l] << 2; w = d (sc_g - 32) (q - 4)
+  static constexpr bool PAIR = false;
+  struct Scales : F24aG16Scales {
+    explicit Scales(const uint8_t* p) : Scales(p, six(p)) {}
+    Scales(const uint8_t* p, __m128i s) : F24aG16Scales(s, fp16_to_f32(p + 108), s, -4.0f * fp16_to_f32(p + 108)) {}
+    static __m128i six(const uint8_t* p) {  // sc_g - 32
+      alignas(16) uint8_t v[16];
+      q3k_scales(p + 96, v);
+      return _mm_sub_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(v)), _mm_set1_epi8(32));
+    }
+  };
+  static __m256i quants(const uint8_t* p, int t) {
+    const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 32 * (t >> 2)));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(z, _mm_cvtsi32_si128(2 * (t & 3))), f24a_bytes(0x03)),
+                           f24a_bit(h, t, 2));
   }
 };
 
@@ -135,19 +199,9 @@ template <>
 struct Fixed24Avx2<Q6_KBlock> {  // value 128j + 32g + l (sub-block t = 4j + g): nibble g / 2 of ql[64j + 32 (g % 2)
                                  // + l] | bits 2g, 2g + 1 of qh[32j + l] << 4; w = d sc_16 (q - 32) per 16 values
   static constexpr bool PAIR = false;
-  struct Scales {
-    float d;
-    const uint8_t* s;  // the 16 int8 scales
-    __m256i lo, hi;    // scales 0-7 / 8-15 as words
-    explicit Scales(const uint8_t* p) : d(fp16_to_f32(p + 208)), s(p + 192) {
-      lo = f24a_words<true>(s), hi = f24a_words<true>(s + 8);
-    }
-    __m256i scale(int t) const { return f24a_shuffle(t < 4 ? lo : hi, F24A_SPLIT[t & 3]); }
-    __m256 offsets(const float* sums) const {  // g16o: group g's sum in lane g; -32 d sc_g
-      const __m256 m = _mm256_set1_ps(-32.0f * d);
-      return _mm256_mul_ps(m, _mm256_fmadd_ps(f24a_i8_ps(s), _mm256_loadu_ps(sums),
-                                              _mm256_mul_ps(f24a_i8_ps(s + 8), _mm256_loadu_ps(sums + 8))));
-    }
+  struct Scales : F24aG16Scales {
+    explicit Scales(const uint8_t* p)
+        : F24aG16Scales(f24a_load16(p + 192), fp16_to_f32(p + 208), f24a_load16(p + 192), -32.0f * fp16_to_f32(p + 208)) {}
   };
   static __m256i quants(const uint8_t* p, int t) {
     const int j = t >> 2, g = t & 3;

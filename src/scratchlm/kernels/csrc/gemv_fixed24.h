@@ -156,6 +156,15 @@ inline void tile_rows(const uint8_t* w, int64_t n, int64_t n_end, int64_t row_by
   for (int r = 0; r < NR; ++r) row[r] = w + std::min(n + r, n_end - 1) * row_bytes;
 }
 
+// Rows [n0, n1) in tiles of 4 rows: tile(planes, n, row_bytes) with planes an integral_constant, 3 for x's three
+// digit planes and 1 for the A8 form's one (the fixed-point kernels' row loop)
+template <typename Block, typename XF, typename Tile>
+inline void fixed24_tiles(const XF& xf, int64_t n0, int64_t n1, const Tile& tile) {
+  const int64_t row_bytes = (xf.K / Block::QK) * Block::BYTES;
+  for (int64_t n = n0; n < n1; n += 4)
+    xf.planes == 3 ? tile(std::integral_constant<int, 3>{}, n, row_bytes) : tile(std::integral_constant<int, 1>{}, n, row_bytes);
+}
+
 // x of one batch row, rounded (see above), for both chunk orders. Per 256-value super-block i:
 //   pair / index: chunk c (0..3) at (4 i + c) * 192: digits a2, a1, a0 (64 bytes each) of the chunk's 64 values
 //                 (prepare_q8: at (4 i + c) * 64, the one digit q)
@@ -516,11 +525,9 @@ inline void fixed24_tile(const Fixed24X& xf, const uint8_t* w, float* y, int64_t
     y[n + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(tot[r][0], tot[r][1]), off[r]));
 }
 
-template <typename Block>
+template <typename Block>  // (callers check has_fixed24<Block>())
 void fixed24_rows(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
-  const int64_t row_bytes = (xf.K / Block::QK) * Block::BYTES;
-  for (int64_t n = n0; n < n1; n += 4)
-    xf.planes == 3 ? fixed24_tile<Block, 3>(xf, w, y, n, n1, row_bytes) : fixed24_tile<Block, 1>(xf, w, y, n, n1, row_bytes);
+  fixed24_tiles<Block>(xf, n0, n1, [&](auto p, int64_t n, int64_t rb) { fixed24_tile<Block, p()>(xf, w, y, n, n1, rb); });
 }
 #elif !defined(SCRATCHLM_FIXED24_AVX2)  // (gemv_fixed24_avx2.h's on AVX2)
 template <typename Block>

@@ -256,14 +256,9 @@ inline void fixed24_avx2_tile(const Fixed24X& xf, const uint8_t* w, float* y, in
   for (int r = 0; r < NR && n + r < n_end; ++r) y[n + r] = hsum8(tot[r]);
 }
 
-template <typename Block>
+template <typename Block>  // (callers check has_fixed24<Block>())
 void fixed24_rows(const Fixed24X& xf, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
-  if constexpr (has_fixed24<Block>()) {
-    const int64_t row_bytes = (xf.K / Block::QK) * Block::BYTES;
-    for (int64_t n = n0; n < n1; n += 4)
-      xf.planes == 3 ? fixed24_avx2_tile<Block, 3>(xf, w, y, n, n1, row_bytes)
-                     : fixed24_avx2_tile<Block, 1>(xf, w, y, n, n1, row_bytes);
-  }
+  fixed24_tiles<Block>(xf, n0, n1, [&](auto p, int64_t n, int64_t rb) { fixed24_avx2_tile<Block, p()>(xf, w, y, n, n1, rb); });
 }
 #endif
 

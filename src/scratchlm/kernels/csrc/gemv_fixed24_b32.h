@@ -405,11 +405,9 @@ inline void fixed24_b32_tile(const Fixed24X32& xf, const uint8_t* w, float* y, i
   for (int r = 0; r < NR && n + r < n_end; ++r) y[n + r] = _mm512_reduce_add_ps(_mm512_add_ps(tot[r], off[r]));
 }
 
-template <typename Block>
+template <typename Block>  // (callers check has_fixed24_b32<Block>())
 void fixed24_b32_rows(const Fixed24X32& xf, const uint8_t* w, float* y, int64_t n0, int64_t n1) {
-  const int64_t row_bytes = (xf.K / Block::QK) * Block::BYTES;
-  for (int64_t n = n0; n < n1; n += 4)
-    xf.planes == 3 ? fixed24_b32_tile<Block, 3>(xf, w, y, n, n1, row_bytes) : fixed24_b32_tile<Block, 1>(xf, w, y, n, n1, row_bytes);
+  fixed24_tiles<Block>(xf, n0, n1, [&](auto p, int64_t n, int64_t rb) { fixed24_b32_tile<Block, p()>(xf, w, y, n, n1, rb); });
 }
 #elif !defined(SCRATCHLM_FIXED24_AVX2)  // (gemv_fixed24_b32_avx2.h's on AVX2)
 template <typename Block>

@@ -1,18 +1,18 @@
-// One batch row (decoding) of y = x @ W^T on Q4_K / Q5_K / Q6_K with AVX2 (no VNNI): gemv_fixed24.h's method (x as
-// 24-bit fixed point, every product and sum exact in integers, fp32 only after) in AVX2 instructions, with one power
-// of two per 256-value super-block (FIXED24_GROUP: Fixed24X's AVX2 prepare), so a super-block's 8 sub-blocks are
-// summed in integers before one conversion.
+// One batch row (decoding) of y = x @ W^T on the K-quants Q2_K-Q6_K with AVX2 (no VNNI): gemv_fixed24.h's method (x
+// as 24-bit fixed point, every product and sum exact in integers, fp32 only after) in AVX2 instructions, with one
+// power of two per 256-value super-block (FIXED24_GROUP: Fixed24X's AVX2 prepare), so a super-block's 8 sub-blocks
+// are summed in integers before one conversion.
 //
-// Per 32-value sub-block t of quants q (unsigned bytes: Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), its integer scale sc
-// (Q4_K / Q5_K: 6-bit sc_t; Q6_K: the int8 scales of its two 16-value groups) and x's digits a2, a1, a0
-// (X = 65536 a2 + 256 a1 + a0, Fixed24X's layout):
+// Per 32-value sub-block t of quants q (unsigned bytes, 0..QMAX: Q2_K 3, Q3_K 7, Q4_K 15, Q5_K 31, Q6_K 63), its
+// integer scale sc (Q4_K / Q5_K: 6-bit sc_t; Q2_K / Q3_K / Q6_K: the scales of its two 16-value groups) and x's
+// digits a2, a1, a0 (X = 65536 a2 + 256 a1 + a0, Fixed24X's layout):
 //   p_j  = vpmaddubsw(q, a_j)              16 x int16: q_2m a_j,2m + q_2m+1 a_j,2m+1, |p_j| <= 2 * 63 * 128 (no
 //                                          saturation)
 //   S_j += vpmaddwd(p_j, sc)               8 x int32 per plane, each lane 4 values' sc q a_j; after 8 sub-blocks
 //                                          |S_j| <= 8 * 2 * 16128 * 128 < 2^26: exact
-// then per super-block ((S_2 256 + S_1) 256 + S_0) in fp32 (three conversions and two FMAs, each rounding once, by
-// powers of two) times d 2^-k, and the offsets (Q4_K / Q5_K: -dmin m_t; Q6_K: -32 d sc_g) times x~'s sums as
-// gemv_fixed24.h. So y = F.linear(x~, dequantized W) up to fp32 rounding, x~ rounded per 256 values here
+// then per super-block ((S_2 256 + S_1) 256 + S_0) in fp32 (three conversions and two FMAs by powers of two, each
+// rounding once) times d 2^-k, and the offsets (Q4_K / Q5_K: -dmin m_t; Q2_K: -dmin m_g; Q3_K: -4 d sc_g; Q6_K:
+// -32 d sc_g) times x~'s sums as gemv_fixed24.h. So y = F.linear(x~, dequantized W) up to fp32 rounding, x~ rounded per 256 values here
 // (tests/kernels/test_fixed24.py models either group: fixed24_group()). The A8 row formats' one-plane form (x rounded
 // to Q8_K, Fixed24X::prepare_q8: q8 for the digits, Q8_K's d for 2^-k): S_0 alone.
 //
@@ -20,8 +20,8 @@
 // form, spends ~17 vector ops per 32 weights (byte shuffles, int -> fp32 conversions, FMAs); a fixed-point form with
 // a 2^-k per 32 values needs a conversion and an FMA per sub-block on top of the 6 multiplies; here per 32 weights:
 // 3 vpmaddubsw, 3 vpmaddwd, 3 adds, the scale's vpshufb and the quants' unpacking, and ~25 ops per super-block and
-// row. Zen 3, one core, 8192 x 2048 in L3: Q4_K 1.5x gemv_centered.h's weights per second, Q5_K 1.7x, Q6_K 1.5x; two
-// threads stream 20-25 GB/s (benchmarks/RESULTS.md).
+// row. Zen 3, one core, in L3: Q2_K 1.9x gemv_centered.h's weights per second, Q3_K 1.8x, Q4_K 1.5x, Q5_K 1.7x, Q6_K
+// 1.5x; two threads stream 20-25 GB/s of Q4_K-Q6_K (benchmarks/RESULTS.md).
 
 #pragma once
 
@@ -86,9 +86,10 @@ inline __m256i f24a_bit(__m256i v, int from, int to) {
   return _mm256_and_si256(s, f24a_bytes(1 << to));
 }
 
-// Per type: PAIR (x in Fixed24X's pair order: Q4_K, Q5_K) or index order (Q6_K); quants(p, t) = sub-block t's 32
-// values as unsigned bytes; Scales(p): d (the super-block's fp32 factor), scale(t): the int16 scale of each pair of
-// sub-block t's values, offsets(sums): the 8 lanes of the offsets t times x~'s sums (Fixed24X's k4o / g16o)
+// Per type: PAIR (x in Fixed24X's pair order: Q4_K, Q5_K) or index order (Q2_K, Q3_K, Q6_K); QMAX / SCMAX: the
+// largest quant and |integer scale|; quants(p, t) = sub-block t's 32 values as unsigned bytes; Scales(p): d (the
+// super-block's fp32 factor), scale(t): the int16 scale of each pair of sub-block t's values, offsets(sums): the 8
+// lanes of the offsets t times x~'s sums (Fixed24X's k4o / g16o)
 template <typename Block>
 struct Fixed24Avx2;
 
@@ -121,6 +122,7 @@ struct F24aK4Scales {  // Q4_K / Q5_K: sub-block t's weights d sc_t q - dmin m_t
 template <>
 struct Fixed24Avx2<Q4_KBlock> {  // sub-block t: nibble t % 2 of qs[32 (t / 2) + l]
   static constexpr bool PAIR = true;
+  static constexpr int QMAX = 15, SCMAX = 63;
   using Scales = F24aK4Scales;
   static __m256i quants(const uint8_t* p, int t) {
     const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * (t >> 1)));
@@ -131,6 +133,7 @@ struct Fixed24Avx2<Q4_KBlock> {  // sub-block t: nibble t % 2 of qs[32 (t / 2) +
 template <>
 struct Fixed24Avx2<Q5_KBlock> {  // sub-block t: nibble t % 2 of qs[32 (t / 2) + l] | bit t of qh[l] << 4
   static constexpr bool PAIR = true;
+  static constexpr int QMAX = 31, SCMAX = 63;
   using Scales = F24aK4Scales;
   static __m256i quants(const uint8_t* p, int t) {
     const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 48 + 32 * (t >> 1)));
@@ -163,6 +166,7 @@ template <>
 struct Fixed24Avx2<Q2_KBlock> {  // [scales 16: sc | m << 4][qs 64][d][dmin]: sub-block t = 4h + j: bits 2j, 2j + 1
                                  // of qs[32h + l]; w = d sc_g q - dmin m_g
   static constexpr bool PAIR = false;
+  static constexpr int QMAX = 3, SCMAX = 15;
   struct Scales : F24aG16Scales {
     explicit Scales(const uint8_t* p)
         : F24aG16Scales(_mm_and_si128(f24a_load16(p), _mm_set1_epi8(0x0f)), fp16_to_f32(p + 80),
@@ -178,6 +182,7 @@ template <>
 struct Fixed24Avx2<Q3_KBlock> {  // [hmask 32][qs 64][scales 12][d]: sub-block t = 4h + j: bits 2j, 2j + 1 of
                                  // qs[32h + l] | bit t of hmask[l] << 2; w = d (sc_g - 32) (q - 4)
   static constexpr bool PAIR = false;
+  static constexpr int QMAX = 7, SCMAX = 32;
   struct Scales : F24aG16Scales {
     explicit Scales(const uint8_t* p) : Scales(p, six(p)) {}
     Scales(const uint8_t* p, __m128i s) : F24aG16Scales(s, fp16_to_f32(p + 108), s, -4.0f * fp16_to_f32(p + 108)) {}
@@ -199,6 +204,7 @@ template <>
 struct Fixed24Avx2<Q6_KBlock> {  // value 128j + 32g + l (sub-block t = 4j + g): nibble g / 2 of ql[64j + 32 (g % 2)
                                  // + l] | bits 2g, 2g + 1 of qh[32j + l] << 4; w = d sc_16 (q - 32) per 16 values
   static constexpr bool PAIR = false;
+  static constexpr int QMAX = 63, SCMAX = 128;
   struct Scales : F24aG16Scales {
     explicit Scales(const uint8_t* p)
         : F24aG16Scales(f24a_load16(p + 192), fp16_to_f32(p + 208), f24a_load16(p + 192), -32.0f * fp16_to_f32(p + 208)) {}
@@ -223,6 +229,7 @@ inline void fixed24_avx2_tile(const Fixed24X& xf, const uint8_t* w, float* y, in
                               int64_t row_bytes) {
   using F = Fixed24Avx2<Block>;
   constexpr int NR = 4;
+  static_assert(8LL * 2 * (2 * F::QMAX * 128) * F::SCMAX < (int64_t{1} << 31), "|S_j| must fit int32");
   const auto [dig, xs, xo] = xf.order(F::PAIR);
   const uint8_t* row[NR];
   tile_rows<NR>(w, n, n_end, row_bytes, row);

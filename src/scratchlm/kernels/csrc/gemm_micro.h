@@ -96,17 +96,7 @@ struct PackedX {
     }
     bad = nan != 0, top = _mm512_reduce_max_ps(m);
 #elif defined(SCRATCHLM_AVX2)
-    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
-    for (int64_t k = 0; k < n; k += 8) {
-      const __m256 v = _mm256_loadu_ps(row + k);
-      m = _mm256_max_ps(m, _mm256_and_ps(v, abs_mask));
-      nan = _mm256_or_ps(nan, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
-    }
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, m);
-    for (float v : lanes) top = std::max(top, v);
-    bad = _mm256_movemask_ps(nan) != 0;
+    top = abs_max8(row, n, &bad);
 #else
     for (int64_t k = 0; k < n; ++k) {
       if (!std::isfinite(row[k])) bad = true;

@@ -110,19 +110,10 @@ inline void fixed24_digits(__m512i a0, __m128i* d) {
 // fixed24_round32's rounding in AVX2 over n values (a multiple of 8) with one power of two: X[l] = rne(x_l 2^k),
 // k from max |x| over all n; returns 2^-k (0 for all zeros, NaN when x holds an inf or a NaN)
 inline float fixed24_round_avx2(const float* x, int n, int32_t* X) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
-  for (int j = 0; j < n; j += 8) {
-    const __m256 v = _mm256_loadu_ps(x + j);
-    m = _mm256_max_ps(m, _mm256_and_ps(v, abs_mask));
-    nan = _mm256_or_ps(nan, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
-  }
   for (int j = 0; j < n; j += 8) _mm256_storeu_si256(reinterpret_cast<__m256i*>(X + j), _mm256_setzero_si256());
-  if (_mm256_movemask_ps(nan)) return std::nanf("");
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, m);
-  float amax = 0.0f;
-  for (float l : lanes) amax = std::max(amax, l);
+  bool bad;
+  const float amax = abs_max8(x, n, &bad);
+  if (bad) return std::nanf("");
   if (amax == 0.0f) return 0.0f;
   int e;
   std::frexp(amax, &e);  // amax = m 2^e, m in [0.5, 1)

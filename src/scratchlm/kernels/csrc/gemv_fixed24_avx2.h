@@ -62,22 +62,9 @@ alignas(32) inline constexpr uint8_t F24A_SPLIT[4][32] = {
     {SCRATCHLM_F24A_W8(4), SCRATCHLM_F24A_W8(5)}, {SCRATCHLM_F24A_W8(6), SCRATCHLM_F24A_W8(7)}};
 #undef SCRATCHLM_F24A_W8
 
-// the 8 bytes at p (signed or not) as int16 words, in both halves of a register
-template <bool SIGNED>
-inline __m256i f24a_words(const uint8_t* p) {
-  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  return _mm256_broadcastsi128_si256(SIGNED ? _mm_cvtepi8_epi16(b) : _mm_cvtepu8_epi16(b));
-}
 inline __m256i f24a_shuffle(__m256i words, const uint8_t* mask) {
   return _mm256_shuffle_epi8(words, _mm256_load_si256(reinterpret_cast<const __m256i*>(mask)));
 }
-inline __m256 f24a_u8_ps(const uint8_t* p) {  // 8 bytes to fp32
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-inline __m256 f24a_i8_ps(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-
 inline __m128i f24a_load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 // bit `from` of each byte of v moved to bit `to` (a 16-bit shift: the masked bit stays in its own byte), the rest 0
 inline __m256i f24a_bit(__m256i v, int from, int to) {

@@ -9,6 +9,7 @@
 
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -174,6 +175,23 @@ inline float hsum8(__m256 s) {
   __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
   t = _mm_add_ps(t, _mm_movehl_ps(t, t));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// max |x_k| over n values (n % 8 == 0) with 8-lane registers; *bad: whether any is an inf or a NaN (v - v is NaN)
+inline float abs_max8(const float* x, int64_t n, bool* bad) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+  for (int64_t k = 0; k < n; k += 8) {
+    const __m256 v = _mm256_loadu_ps(x + k);
+    m = _mm256_max_ps(m, _mm256_and_ps(v, abs_mask));
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(_mm256_sub_ps(v, v), _mm256_setzero_ps(), _CMP_NEQ_UQ));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float top = 0.0f;
+  for (float l : lanes) top = std::max(top, l);
+  *bad = _mm256_movemask_ps(nan) != 0;
+  return top;
 }
 #endif
 #if defined(SCRATCHLM_AVX512)
